@@ -1,0 +1,70 @@
+# The two set-up commands: `make deploy` and `make test`. Everything else is a step of those.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PYTHON ?= python3
+INVENTORY ?= inventory/lab
+PLAYBOOK ?= playbooks/site.yml
+SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+TEST_SUITES := bookworm trixie
+
+export SGLANG_TOOLKIT_CACHE := $(CURDIR)/.cache
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PY_COLORS := 0
+export ANSIBLE_FORCE_COLOR := 0
+
+.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse lab lab-down clean
+
+help:
+	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
+	@echo "make test                                      lint, pytest and every molecule scenario ($(SCENARIOS))"
+	@echo "steps: venv docker images wheelhouse lab lab-down lint pytest molecule clean"
+
+$(VENV)/.requirements: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	cp requirements.txt $@
+
+venv: $(VENV)/.requirements
+
+docker:
+	scripts/ensure-docker.sh
+
+images: docker
+	scripts/build-test-image.sh $(TEST_SUITES)
+
+wheelhouse: venv
+	scripts/wheelhouse.sh
+
+lab: images wheelhouse
+	scripts/lab.sh up
+
+lab-down:
+	scripts/lab.sh down
+
+ifeq ($(INVENTORY),inventory/lab)
+deploy: venv lab
+else
+deploy: venv
+endif
+	ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
+
+lint: venv
+	yamllint --strict .
+	ansible-lint --profile production --offline playbooks roles
+	ruff check .
+	ruff format --check .
+
+pytest: venv wheelhouse
+	pytest tests
+
+molecule: venv images wheelhouse
+	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
+
+test: lint pytest molecule
+
+clean: lab-down
+	rm -rf .cache/facts .cache/molecule

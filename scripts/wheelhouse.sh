@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fill the controller's wheelhouse with the CUDA toolkit wheels named in the stack, for
+# Linux x86_64 hosts, and lay out a controller-side toolkit from them for the unit tests.
+#
+#   .cache/wheelhouse/cuda-toolkit-<version>/   wheels, copied to hosts by the wheels method
+#   .cache/cuda-toolkit-<version>/toolkit/      nvcc etc. for pytest (same installer script)
+# Both are redone only when the wheel specs change.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$root/.venv/bin/python}
+cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
+version=$("$python" "$root/scripts/stack_var.py" stack_cuda_version)
+mapfile -t specs < <("$python" "$root/scripts/stack_var.py" stack_cuda_wheel_specs)
+wheelhouse="$cache/wheelhouse/cuda-toolkit-$version"
+stamp="$wheelhouse/.specs"
+
+if [ "$(cat "$stamp" 2>/dev/null)" != "${specs[*]}" ]; then
+    echo "wheelhouse: downloading ${specs[*]}"
+    rm -rf "$wheelhouse.partial"
+    "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+        --python-version 3.11 -d "$wheelhouse.partial" "${specs[@]}"
+    printf '%s' "${specs[*]}" >"$wheelhouse.partial/.specs"
+    rm -rf "$wheelhouse"
+    mv "$wheelhouse.partial" "$wheelhouse"
+fi
+
+toolkit="$cache/cuda-toolkit-$version"
+if [ "$(cat "$toolkit/.specs" 2>/dev/null)" != "${specs[*]}" ]; then
+    rm -rf "$toolkit"
+    sh "$root/roles/cuda_toolkit/files/install-cuda-wheels.sh" "$python" "$wheelhouse" "$toolkit" "$version" "${specs[@]}"
+    printf '%s' "${specs[*]}" >"$toolkit/.specs"
+fi
+echo "wheelhouse: $wheelhouse ($(ls "$wheelhouse" | wc -l) wheels); controller toolkit: $toolkit/toolkit"

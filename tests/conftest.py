@@ -1,0 +1,31 @@
+"""Shared fixtures: module_utils on the import path, the controller's real CUDA toolkit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def stack_value(name: str) -> object:
+    import yaml
+
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    return stack[name]
+
+
+@pytest.fixture(scope="session")
+def cuda_home() -> Path:
+    """The real CUDA toolkit that `make wheelhouse` lays out from NVIDIA's wheels."""
+    cache = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+    home = cache / f"cuda-toolkit-{stack_value('stack_cuda_version')}" / "toolkit"
+    if not (home / "bin" / "nvcc").exists():
+        pytest.fail(f"no controller toolkit at {home}: run `make wheelhouse` first")
+    return home

@@ -1,0 +1,137 @@
+"""The modules in library/ run through real Ansible (ad-hoc, local connection)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import DATA, ROOT
+
+ANSIBLE = Path(sys.executable).parent / "ansible"
+
+
+def run_module(module: str, args: dict, env_extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_GATHERING="explicit",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+    )
+    env.update(env_extra or {})
+    proc = subprocess.run(
+        [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    output = json.loads(proc.stdout)
+    return output["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def fake_nvidia_smi(tmp_path: Path, capture: str, rc: int = 0) -> Path:
+    """A stand-in nvidia-smi that prints a captured output (no GPU here)."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\ncat '{DATA / 'nvidia-smi' / capture}'\nexit {rc}\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def test_preflight_passes_with_eight_sm120_gpus(tmp_path):
+    smi = fake_nvidia_smi(tmp_path, "eight-rtx-pro-6000.txt")
+    result = run_module("sglang_preflight", {"nvidia_smi": str(smi), "disks": [{"label": "tmp", "path": str(tmp_path / "new"), "min_gib": 0.001}]})
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    assert len(result["gpus"]) == 8 and result["gpus"][3]["compute_cap"] == "12.0"
+    assert result["disks"][0]["measured_at"] == str(tmp_path)
+
+
+def test_preflight_lists_every_problem_in_one_failure(tmp_path):
+    smi = fake_nvidia_smi(tmp_path, "seven-gpus.txt")
+    result = run_module(
+        "sglang_preflight",
+        {"nvidia_smi": str(smi), "min_memory_gib": 100000, "disks": [{"label": "releases", "path": "/", "min_gib": 10**9}]},
+    )
+    assert result["failed"]
+    assert "preflight found 3 problem(s)" in result["msg"]
+    assert "found 7 GPUs, expected 8" in result["msg"]
+    assert "expected at least 100000.0 GiB" in result["msg"]
+    assert "releases: found" in result["msg"]
+
+
+def test_preflight_without_nvidia_smi_says_so(tmp_path):
+    result = run_module("sglang_preflight", {"nvidia_smi": str(tmp_path / "absent-nvidia-smi")})
+    assert result["failed"]
+    assert "not found on PATH (is the NVIDIA driver installed?); expected 8 GPUs" in result["msg"]
+
+
+def test_preflight_reports_a_failing_nvidia_smi(tmp_path):
+    smi = fake_nvidia_smi(tmp_path, "driver-not-loaded.txt", rc=9)
+    result = run_module("sglang_preflight", {"nvidia_smi": str(smi)})
+    assert result["failed"]
+    assert "exited 9: NVIDIA-SMI has failed" in result["msg"]
+
+
+def test_preflight_skips_gpus_when_not_required(tmp_path):
+    result = run_module("sglang_preflight", {"gpu_required": False, "nvidia_smi": str(tmp_path / "none")})
+    assert not result.get("failed") and result["gpus"] == []
+
+
+def test_cuda_verify_accepts_the_real_toolkit(cuda_home):
+    result = run_module("cuda_toolkit_verify", {"cuda_home": str(cuda_home), "release": "13.0", "build": "V13.0.88", "version": "13.0.1"})
+    assert not result.get("failed"), result.get("msg")
+    assert result["targets"] == ["sm_120"] and result["changed"] is False
+
+
+def test_cuda_verify_names_the_build_it_found(cuda_home):
+    result = run_module("cuda_toolkit_verify", {"cuda_home": str(cuda_home), "release": "13.0", "build": "V13.0.96"})
+    assert result["failed"]
+    assert result["msg"].endswith("expected release 13.0, V13.0.96; found release 13.0, V13.0.88")
+
+
+def test_cuda_verify_checks_the_recorded_version(cuda_home):
+    result = run_module("cuda_toolkit_verify", {"cuda_home": str(cuda_home), "release": "13.0", "build": "V13.0.88", "version": "13.0.2"})
+    assert result["failed"] and "expected CUDA 13.0.2, found 13.0.1" in result["msg"]
+
+
+def test_cuda_verify_refuses_an_arch_nvcc_cannot_emit(cuda_home):
+    result = run_module("cuda_toolkit_verify", {"cuda_home": str(cuda_home), "release": "13.0", "build": "V13.0.88", "arch": "5.0"})
+    assert result["failed"] and "could not compile a kernel for sm_50" in result["msg"]
+
+
+def test_cuda_verify_without_nvcc(tmp_path):
+    result = run_module("cuda_toolkit_verify", {"cuda_home": str(tmp_path), "release": "13.0", "build": "V13.0.88"})
+    assert result["failed"] and result["msg"] == f"expected an executable nvcc at {tmp_path}/bin/nvcc, found none"
+
+
+def test_wheels_installer_leaves_nothing_when_pip_fails(tmp_path):
+    wheelhouse = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "wheelhouse" / "cuda-toolkit-13.0.1"
+    dest = tmp_path / "13.0.1"
+    proc = subprocess.run(
+        ["sh", str(ROOT / "roles/cuda_toolkit/files/install-cuda-wheels.sh"), sys.executable, str(wheelhouse), str(dest), "13.0.1", "cuda-toolkit[nvcc]==13.0.99"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "13.0.99" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wheels_installer_refuses_an_existing_destination(tmp_path):
+    dest = tmp_path / "13.0.1"
+    dest.mkdir()
+    proc = subprocess.run(
+        ["sh", str(ROOT / "roles/cuda_toolkit/files/install-cuda-wheels.sh"), sys.executable, "", str(dest), "13.0.1", "x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and "already exists" in proc.stderr
