@@ -88,9 +88,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     wanted = (module.params["release"], module.params["build"])
     if (found.release, found.build) != wanted:
-        module.fail_json(
-            msg=f"{nvcc}: expected release {wanted[0]}, {wanted[1]}; found release {found.release}, {found.build}"
-        )
+        module.fail_json(msg=f"{nvcc}: expected release {wanted[0]}, {wanted[1]}; found release {found.release}, {found.build}")
     if module.params["version"] and recorded != module.params["version"]:
         module.fail_json(msg=f"{home}/version.json: expected CUDA {module.params['version']}, found {recorded}")
 
@@ -107,9 +105,7 @@ def main() -> None:
             targets = require_target(obj, arch)
         except CudaToolkitError as exc:
             module.fail_json(msg=f"nvcc exited 0 but the object is wrong: {exc}")
-    module.exit_json(
-        changed=False, nvcc_release=found.release, nvcc_build=found.build, targets=targets, version=recorded
-    )
+    module.exit_json(changed=False, nvcc_release=found.release, nvcc_build=found.build, targets=targets, version=recorded)
 
 
 if __name__ == "__main__":

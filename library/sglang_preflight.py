@@ -129,10 +129,7 @@ def main() -> None:
             report = gpu_report(None, expected, f"{params['nvidia_smi']} not found on PATH (is the NVIDIA driver installed?)")
         else:
             rc, out, err = module.run_command([binary, *QUERY_ARGS])
-            if rc != 0:
-                report = gpu_report(None, expected, f"{binary} exited {rc}: {(err or out).strip()}")
-            else:
-                report = gpu_report(out, expected)
+            report = gpu_report(None, expected, f"{binary} exited {rc}: {(err or out).strip()}") if rc != 0 else gpu_report(out, expected)
         gpus = [gpu.as_dict() for gpu in report.gpus]
         problems += report.problems
 
@@ -144,7 +141,7 @@ def main() -> None:
         problems=problems,
     )
     if problems:
-        module.fail_json(msg="preflight found %d problem(s): %s" % (len(problems), "; ".join(problems)), **result)
+        module.fail_json(msg=f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
     module.exit_json(**result)
 
 

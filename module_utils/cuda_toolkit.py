@@ -44,9 +44,7 @@ def parse_nvcc_version(text: str) -> NvccVersion:
     match = _NVCC.search(text)
     if not match:
         first = text.strip().splitlines()[-1] if text.strip() else "nothing"
-        raise CudaToolkitError(
-            f"nvcc --version should print 'release X.Y, VX.Y.Z', printed: {first!r}"
-        )
+        raise CudaToolkitError(f"nvcc --version should print 'release X.Y, VX.Y.Z', printed: {first!r}")
     return NvccVersion(match.group(1), match.group(2))
 
 

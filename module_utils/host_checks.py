@@ -56,8 +56,7 @@ def check_disk(needs: list[DiskNeed]) -> tuple[list[DiskState], list[str]]:
         states.append(state)
         if not state.ok:
             problems.append(
-                f"{need.label}: found {state.free_gib} GiB free at {need.path} "
-                f"(measured on {where}), expected at least {need.min_gib} GiB"
+                f"{need.label}: found {state.free_gib} GiB free at {need.path} (measured on {where}), expected at least {need.min_gib} GiB"
             )
     return states, problems
 

@@ -76,18 +76,12 @@ def parse_query_output(text: str) -> list[Gpu]:
         if not index.isdigit():
             raise NvidiaSmiParseError(f"line {number}: GPU index is not a number: {index!r}")
         if not _CAP.match(cap):
-            raise NvidiaSmiParseError(
-                f"line {number}: compute capability should look like '12.0', found {cap!r}"
-            )
+            raise NvidiaSmiParseError(f"line {number}: compute capability should look like '12.0', found {cap!r}")
         if not _DRIVER.match(driver):
-            raise NvidiaSmiParseError(
-                f"line {number}: driver version should look like '580.82.07', found {driver!r}"
-            )
+            raise NvidiaSmiParseError(f"line {number}: driver version should look like '580.82.07', found {driver!r}")
         match = _MEMORY.match(memory)
         if not match:
-            raise NvidiaSmiParseError(
-                f"line {number}: memory.total should look like '97887 MiB', found {memory!r}"
-            )
+            raise NvidiaSmiParseError(f"line {number}: memory.total should look like '97887 MiB', found {memory!r}")
         gpus.append(Gpu(int(index), name, cap, driver, int(match.group(1))))
     return gpus
 
@@ -107,18 +101,12 @@ def check_gpus(gpus: list[Gpu], expected: GpuExpectation) -> list[str]:
     pattern = re.compile(expected.name_pattern)
     for gpu in gpus:
         if not pattern.search(gpu.name):
-            problems.append(
-                f"GPU {gpu.index} is {gpu.name!r}, expected a name matching {expected.name_pattern!r}"
-            )
+            problems.append(f"GPU {gpu.index} is {gpu.name!r}, expected a name matching {expected.name_pattern!r}")
         if gpu.compute_cap != expected.compute_cap:
-            problems.append(
-                f"GPU {gpu.index} has compute capability {gpu.compute_cap}, "
-                f"expected {expected.compute_cap}"
-            )
+            problems.append(f"GPU {gpu.index} has compute capability {gpu.compute_cap}, expected {expected.compute_cap}")
         if version_tuple(gpu.driver_version) < version_tuple(expected.min_driver):
             problems.append(
-                f"GPU {gpu.index} runs driver {gpu.driver_version}, expected "
-                f"{expected.min_driver} or newer (required by CUDA 13.0)"
+                f"GPU {gpu.index} runs driver {gpu.driver_version}, expected {expected.min_driver} or newer (required by CUDA 13.0)"
             )
     drivers = sorted({gpu.driver_version for gpu in gpus})
     if len(drivers) > 1:

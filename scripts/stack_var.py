@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Print one value of the stack (inventory/production/group_vars/all/stack.yml).
 
-    scripts/stack_var.py stack_cuda_version        -> 13.0.1
-    scripts/stack_var.py stack_cuda_wheel_specs    -> one item a line
+scripts/stack_var.py stack_cuda_version        -> 13.0.1
+scripts/stack_var.py stack_cuda_wheel_specs    -> one item a line
 """
 
 from __future__ import annotations

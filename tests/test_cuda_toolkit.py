@@ -86,11 +86,11 @@ def test_installed_version_reads_the_toolkit_record(cuda_home, tmp_path):
     assert installed_version(str(cuda_home)) == "13.0.1"
     assert installed_version(str(tmp_path)) is None
     (tmp_path / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK"}}))
-    with pytest.raises(CudaToolkitError, match="cannot read cuda.version"):
+    with pytest.raises(CudaToolkitError, match=r"cannot read cuda\.version"):
         installed_version(str(tmp_path))
 
 
 def test_version_series_is_major_minor():
     assert version_series("13.0.1") == "13.0"
-    with pytest.raises(CudaToolkitError, match="should look like '13.0.1', found '13.x'"):
+    with pytest.raises(CudaToolkitError, match=r"should look like '13\.0\.1', found '13\.x'"):
         version_series("13.x")

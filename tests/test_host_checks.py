@@ -29,7 +29,7 @@ def test_meminfo_is_read_in_kibibytes():
 
 
 def test_too_little_memory_is_reported():
-    total, problems = check_memory(MEMINFO, 256)
+    _total, problems = check_memory(MEMINFO, 256)
     assert problems == ["found 23.5 GiB of memory, expected at least 256 GiB"]
 
 

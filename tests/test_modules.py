@@ -46,7 +46,9 @@ def fake_nvidia_smi(tmp_path: Path, capture: str, rc: int = 0) -> Path:
 
 def test_preflight_passes_with_eight_sm120_gpus(tmp_path):
     smi = fake_nvidia_smi(tmp_path, "eight-rtx-pro-6000.txt")
-    result = run_module("sglang_preflight", {"nvidia_smi": str(smi), "disks": [{"label": "tmp", "path": str(tmp_path / "new"), "min_gib": 0.001}]})
+    result = run_module(
+        "sglang_preflight", {"nvidia_smi": str(smi), "disks": [{"label": "tmp", "path": str(tmp_path / "new"), "min_gib": 0.001}]}
+    )
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
     assert len(result["gpus"]) == 8 and result["gpus"][3]["compute_cap"] == "12.0"
@@ -115,7 +117,15 @@ def test_wheels_installer_leaves_nothing_when_pip_fails(tmp_path):
     wheelhouse = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "wheelhouse" / "cuda-toolkit-13.0.1"
     dest = tmp_path / "13.0.1"
     proc = subprocess.run(
-        ["sh", str(ROOT / "roles/cuda_toolkit/files/install-cuda-wheels.sh"), sys.executable, str(wheelhouse), str(dest), "13.0.1", "cuda-toolkit[nvcc]==13.0.99"],
+        [
+            "sh",
+            str(ROOT / "roles/cuda_toolkit/files/install-cuda-wheels.sh"),
+            sys.executable,
+            str(wheelhouse),
+            str(dest),
+            "13.0.1",
+            "cuda-toolkit[nvcc]==13.0.99",
+        ],
         capture_output=True,
         text=True,
         check=False,

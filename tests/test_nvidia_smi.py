@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
 
+from conftest import DATA
 from nvidia_smi import (
     GpuExpectation,
     NvidiaSmiParseError,
@@ -81,6 +81,9 @@ def test_host_without_nvidia_smi_says_why_and_what_was_expected():
 
 
 def test_mixed_drivers_are_reported():
-    text = read("eight-rtx-pro-6000.txt").replace("7, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 580.82.07", "7, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 580.95.05")
+    text = read("eight-rtx-pro-6000.txt").replace(
+        "7, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 580.82.07",
+        "7, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 580.95.05",
+    )
     problems = gpu_report(text, EXPECTED).problems
     assert problems == ["GPUs report different drivers ['580.82.07', '580.95.05'], expected one"]
