@@ -16,12 +16,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse lab lab-down clean
+.PHONY: help deploy test lint pytest molecule venv docker images wheelhouse fixtures lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, pytest and every molecule scenario ($(SCENARIOS))"
-	@echo "steps: venv docker images wheelhouse lab lab-down lint pytest molecule clean"
+	@echo "steps: venv docker images wheelhouse fixtures lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ images: docker
 
 wheelhouse: venv
 	scripts/wheelhouse.sh
+
+fixtures: wheelhouse
+	$(VENV)/bin/python tests/fixtures/build-cuda-apt-repo.py
 
 lab: images wheelhouse
 	scripts/lab.sh up
@@ -61,7 +64,7 @@ lint: venv
 pytest: venv wheelhouse
 	pytest tests
 
-molecule: venv images wheelhouse
+molecule: venv images wheelhouse fixtures
 	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
 
 test: lint pytest molecule

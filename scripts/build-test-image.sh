@@ -54,8 +54,10 @@ for suite in "$@"; do
     # A container has no consoles; a fresh machine-id per container; no downloaded .debs in the image.
     chroot "$rootfs" systemctl mask getty@tty1.service serial-getty@.service systemd-firstboot.service >/dev/null 2>&1 || true
     : >"$rootfs/etc/machine-id"
+    # Test hosts are offline: no apt source they cannot reach (what they install comes from the controller).
+    echo "# offline test host: packages come from the controller" >"$rootfs/etc/apt/sources.list"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb
-    tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' -c 'STOPSIGNAL SIGRTMIN+3' - "$tag" >/dev/null
+    tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$tag" >/dev/null
     docker tag "$tag" "sglang-testhost:$suite"
     rm -rf "$rootfs"
     trap - EXIT

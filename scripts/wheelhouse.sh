@@ -31,4 +31,15 @@ if [ "$(cat "$toolkit/.specs" 2>/dev/null)" != "${specs[*]}" ]; then
     sh "$root/roles/cuda_toolkit/files/install-cuda-wheels.sh" "$python" "$wheelhouse" "$toolkit" "$version" "${specs[@]}"
     printf '%s' "${specs[*]}" >"$toolkit/.specs"
 fi
+# Test witnesses (cuobjdump): a wheelhouse for the containers, an unpacked copy for pytest.
+mapfile -t tool_specs < <(grep -v '^\s*#' "$root/molecule/test-tools.txt" | grep .)
+tools="$cache/wheelhouse/test-tools"
+if [ "$(cat "$tools/.specs" 2>/dev/null)" != "${tool_specs[*]}" ]; then
+    rm -rf "$tools" "$cache/test-tools"
+    "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+        --platform manylinux2014_x86_64 --python-version 3.11 -d "$tools" "${tool_specs[@]}"
+    "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
+        --find-links "$tools" --target "$cache/test-tools" "${tool_specs[@]}"
+    printf '%s' "${tool_specs[*]}" >"$tools/.specs"
+fi
 echo "wheelhouse: $wheelhouse ($(ls "$wheelhouse" | wc -l) wheels); controller toolkit: $toolkit/toolkit"

@@ -29,3 +29,13 @@ def cuda_home() -> Path:
     if not (home / "bin" / "nvcc").exists():
         pytest.fail(f"no controller toolkit at {home}: run `make wheelhouse` first")
     return home
+
+
+@pytest.fixture(scope="session")
+def cuobjdump() -> Path:
+    """NVIDIA's cuobjdump 13.2 (from its wheel), the independent witness for sm targets."""
+    cache = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+    tool = cache / "test-tools" / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    if not tool.exists():
+        pytest.fail(f"no cuobjdump at {tool}: run `make wheelhouse` first")
+    return tool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,3 +95,16 @@ def test_version_series_is_major_minor():
     assert version_series("13.0.1") == "13.0"
     with pytest.raises(CudaToolkitError, match=r"should look like '13\.0\.1', found '13\.x'"):
         version_series("13.x")
+
+
+def test_targets_agree_with_nvidias_cuobjdump(cuda_home, cuobjdump, tmp_path):
+    obj = compile_kernel(
+        cuda_home,
+        tmp_path,
+        ["-gencode", "arch=compute_89,code=sm_89", "-gencode", "arch=compute_120,code=[sm_120,compute_120]"],
+    )
+    elf = subprocess.run([cuobjdump, "--list-elf", obj], capture_output=True, text=True, check=True).stdout
+    ptx = subprocess.run([cuobjdump, "--list-ptx", obj], capture_output=True, text=True, check=True).stdout
+    witnessed = sorted(set(re.findall(r"\.(sm_\d+)\.cubin", elf)) | {f"compute_{n}" for n in re.findall(r"\.sm_(\d+)\.ptx", ptx)})
+    assert witnessed == ["compute_120", "sm_120", "sm_89"]
+    assert gpu_targets(str(obj)) == witnessed

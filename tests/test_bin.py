@@ -1,0 +1,40 @@
+"""The command-line tools in bin/ share module_utils' logic and say so in exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import DATA, ROOT
+
+SMI = DATA / "nvidia-smi"
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, check=False)
+
+
+def test_gpu_check_passes_eight_gpus_from_stdin():
+    proc = run(str(ROOT / "bin/gpu-check"), "-", stdin=(SMI / "eight-rtx-pro-6000.txt").read_text())
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines()[-1] == "ok"
+
+
+def test_gpu_check_fails_seven_gpus_with_the_reason():
+    proc = run(str(ROOT / "bin/gpu-check"), str(SMI / "seven-gpus.txt"))
+    assert proc.returncode == 1
+    assert "PROBLEM: found 7 GPUs, expected 8" in proc.stdout
+
+
+def test_cuda_arch_requires_sm_120(cuda_home, tmp_path):
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(int *x) { *x = 1; }\n")
+    for arch in ("90", "120"):
+        subprocess.run(
+            [cuda_home / "bin/nvcc", "-gencode", f"arch=compute_{arch},code=sm_{arch}", "-c", "-o", tmp_path / f"k{arch}.o", source],
+            check=True,
+        )
+    ok = run(str(ROOT / "bin/cuda-arch"), "--require", "12.0", str(tmp_path / "k120.o"))
+    assert ok.returncode == 0 and ok.stdout.strip().endswith(": sm_120")
+    bad = run(str(ROOT / "bin/cuda-arch"), "--require", "12.0", str(tmp_path / "k90.o"))
+    assert bad.returncode == 1 and "expected sm_120 machine code, found sm_90" in bad.stderr
