@@ -24,9 +24,7 @@ help:
 	@echo "steps: venv docker images wheelhouse fixtures lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
-	cp requirements.txt $@
+	scripts/venv.sh $(VENV) $(PYTHON)
 
 venv: $(VENV)/.requirements
 
@@ -57,7 +55,7 @@ endif
 
 lint: venv
 	yamllint --strict .
-	ansible-lint --profile production --offline playbooks roles
+	ansible-lint --profile production --offline playbooks roles molecule tests/playbooks
 	ruff check .
 	ruff format --check .
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create the controller virtualenv from the pinned requirements.
+#   scripts/venv.sh VENV PYTHON
+set -euo pipefail
+venv=$1 python=$2
+if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && [ -r /etc/debian_version ] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+        echo "venv: $python cannot create virtualenvs; install python3-venv (Debian/Ubuntu) and run again" >&2
+        exit 1
+    fi
+fi
+rm -rf "$venv"
+"$python" -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt
+cp requirements.txt "$venv/.requirements"
