@@ -16,7 +16,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule venv docker images wheelhouse fixtures lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse sglang-wheels fixtures lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
@@ -36,6 +36,9 @@ images: docker
 
 wheelhouse: venv
 	scripts/wheelhouse.sh
+
+sglang-wheels: venv
+	scripts/sglang-wheels.sh
 
 fixtures: wheelhouse
 	$(VENV)/bin/python tests/fixtures/build-cuda-apt-repo.py
@@ -59,13 +62,17 @@ lint: venv
 	ruff check .
 	ruff format --check .
 
-pytest: venv wheelhouse
+pytest: venv wheelhouse sglang-wheels
 	pytest tests
 
 molecule: venv images wheelhouse fixtures
 	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
 
 test: lint pytest molecule
+
+# Speed goals live here, not in timed unit tests.
+bench: venv sglang-wheels
+	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py
 
 clean: lab-down
 	rm -rf .cache/facts .cache/molecule
