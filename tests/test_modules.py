@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from conftest import DATA, ROOT
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
-def run_module(module: str, args: dict, env_extra: dict | None = None) -> dict:
+def run_module(module: str, args: dict, env_extra: dict | None = None, flags: tuple[str, ...] = ()) -> dict:
     env = dict(os.environ)
     env.update(
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -25,7 +28,7 @@ def run_module(module: str, args: dict, env_extra: dict | None = None) -> dict:
     )
     env.update(env_extra or {})
     proc = subprocess.run(
-        [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", json.dumps(args)],
+        [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", json.dumps(args), *flags],
         capture_output=True,
         text=True,
         env=env,
@@ -145,3 +148,56 @@ def test_wheels_installer_refuses_an_existing_destination(tmp_path):
         check=False,
     )
     assert proc.returncode == 1 and "already exists" in proc.stderr
+
+
+def sglang_tree(tmp_path: Path) -> Path:
+    tree = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang" / "0.5.9" / "sglang"
+    if not tree.is_dir():
+        raise AssertionError(f"no SGLang 0.5.9 at {tree}: run scripts/sglang-wheels.sh")
+    shutil.copytree(tree, tmp_path / "sglang")
+    return tmp_path / "sglang"
+
+
+def patch_args(sglang: Path, **extra) -> dict:
+    manifest = yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text())
+    return {"sglang_dir": str(sglang), "manifest": manifest, "template_dir": str(ROOT / "files/patches"), **extra}
+
+
+def test_patch_module_applies_once_checks_and_reverts(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    kimi = sglang / "srt/models/kimi_k25.py"
+    pristine = kimi.read_bytes()
+
+    checked = run_module("sglang_patch", patch_args(sglang), flags=("--check", "--diff"))
+    assert checked["changed"] is True and kimi.read_bytes() == pristine
+    assert any("+    def get_embed_and_head(self):" in d["prepared"] for d in checked["diff"])
+
+    first = run_module("sglang_patch", patch_args(sglang))
+    assert first["changed"] is True, first.get("msg")
+    assert {p["id"]: p["status"] for p in first["patches"]}["kimi_k25_eagle3_delegation"] == "applied"
+    second = run_module("sglang_patch", patch_args(sglang))
+    assert second["changed"] is False
+
+    audited = run_module("sglang_audit", {"sglang": str(sglang), "model_class": "KimiK25ForConditionalGeneration"})
+    assert not audited.get("failed") and audited["audit"]["missing_required"] == []
+
+    reverted = run_module("sglang_patch", patch_args(sglang, state="absent"))
+    assert reverted["changed"] is True and kimi.read_bytes() == pristine
+
+
+def test_patch_module_refuses_drift_naming_the_file(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    kimi = sglang / "srt/models/kimi_k25.py"
+    kimi.write_bytes(kimi.read_bytes() + b"# edited by hand\n")
+    result = run_module("sglang_patch", patch_args(sglang))
+    assert result["failed"] and "srt/models/kimi_k25.py" in result["msg"]
+    assert kimi.read_bytes().endswith(b"# edited by hand\n")
+
+
+def test_audit_module_fails_listing_the_missing_methods(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    result = run_module("sglang_audit", {"sglang": str(sglang), "model_class": "KimiK25ForConditionalGeneration"})
+    assert result["failed"]
+    assert "get_embed_and_head (called at srt/speculative/eagle_worker.py:157" in result["msg"]
+    assert "set_eagle3_layers_to_capture (called at" in result["msg"]
+    assert result["audit"]["missing_required"] == ["get_embed_and_head", "set_eagle3_layers_to_capture"]

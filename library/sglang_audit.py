@@ -1,0 +1,78 @@
+#!/usr/bin/python
+"""Ansible module: find the EAGLE-3 interface gaps of a model class in an installed SGLang."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_audit
+short_description: Audit what SGLang's speculative path needs from a target model class
+description:
+  - Thin wrapper around module_utils/sglang_audit.py; reads the SGLang source statically, never
+    imports it.
+  - Fails, listing the missing methods and their call sites, when a required one is missing.
+  - Never changes anything.
+options:
+  sglang:
+    description: The installed C(sglang/) package directory or a wheel file.
+    type: path
+    required: true
+  model_class:
+    description: Target model class name (or give O(model_dir)).
+    type: str
+  model_dir:
+    description: Model directory whose config.json names the architecture.
+    type: path
+  algorithm:
+    description: Speculative algorithm.
+    type: str
+    default: EAGLE3
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Ensure SGLang provides every EAGLE-3 method Kimi-K2.5 needs
+  sglang_audit:
+    sglang: /opt/sglang/current/venv/lib/python3.11/site-packages/sglang
+    model_class: KimiK25ForConditionalGeneration
+"""
+
+RETURN = r"""
+audit:
+  description: sglang_version, model_class, algorithm, missing_required, call_sites, conditional, guarded, ok.
+  type: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_audit import SglangAuditError, audit
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            sglang=dict(type="path", required=True),
+            model_class=dict(type="str"),
+            model_dir=dict(type="path"),
+            algorithm=dict(type="str", default="EAGLE3"),
+        ),
+        required_one_of=[("model_class", "model_dir")],
+        mutually_exclusive=[("model_class", "model_dir")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = audit(p["sglang"], p["model_class"], p["algorithm"], model_dir=p["model_dir"])
+    except SglangAuditError as exc:
+        module.fail_json(msg=str(exc))
+    report = result.to_dict()
+    if not result.ok:
+        sites = "; ".join(f"{name} (called at {', '.join(result.call_sites.get(name, []))})" for name in result.missing_required)
+        module.fail_json(
+            msg=f"SGLang {result.sglang_version}: {result.model_class} lacks what {result.algorithm} calls on the target model: {sites}",
+            audit=report,
+        )
+    module.exit_json(changed=False, audit=report)
+
+
+if __name__ == "__main__":
+    main()
