@@ -65,7 +65,7 @@ lint: venv
 pytest: venv wheelhouse sglang-wheels
 	pytest tests
 
-molecule: venv images wheelhouse fixtures
+molecule: venv images wheelhouse fixtures sglang-wheels
 	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
 
 test: lint pytest molecule

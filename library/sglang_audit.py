@@ -26,6 +26,10 @@ options:
     description: Speculative algorithm.
     type: str
     default: EAGLE3
+  fail_on_missing:
+    description: Fail when a required method is missing (false only reports, e.g. after a revert).
+    type: bool
+    default: true
 author: sglang-sm120 toolkit
 """
 
@@ -54,6 +58,7 @@ def main() -> None:
             model_class=dict(type="str"),
             model_dir=dict(type="path"),
             algorithm=dict(type="str", default="EAGLE3"),
+            fail_on_missing=dict(type="bool", default=True),
         ),
         required_one_of=[("model_class", "model_dir")],
         mutually_exclusive=[("model_class", "model_dir")],
@@ -65,7 +70,7 @@ def main() -> None:
     except SglangAuditError as exc:
         module.fail_json(msg=str(exc))
     report = result.to_dict()
-    if not result.ok:
+    if not result.ok and p["fail_on_missing"]:
         sites = "; ".join(f"{name} (called at {', '.join(result.call_sites.get(name, []))})" for name in result.missing_required)
         module.fail_json(
             msg=f"SGLang {result.sglang_version}: {result.model_class} lacks what {result.algorithm} calls on the target model: {sites}",

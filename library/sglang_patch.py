@@ -11,8 +11,8 @@ description:
   - Every target's sha256 is checked against the manifest before anything is written; the whole
     selection is applied in memory first, so one failing patch changes no file.
   - Idempotent from the recorded state and hashes; drift and unknown SGLang versions are refused.
-  - Rendering the templates needs jinja2 in the interpreter that runs this module (the release
-    virtualenv's Python has it).
+  - Templates are either rendered on the controller (O(rendered), what the role does) or here from
+    O(template_dir), which needs jinja2 in the interpreter that runs this module.
 options:
   sglang_dir:
     description: The installed C(sglang/) package directory.
@@ -23,9 +23,15 @@ options:
     type: dict
     required: true
   template_dir:
-    description: Directory on the host holding the C(<id>.diff.j2) templates.
+    description:
+      - Directory on the host holding the C(<id>.diff.j2) templates (rendered here, needs jinja2).
+      - Give this or O(rendered).
     type: path
-    required: true
+  rendered:
+    description:
+      - The patches already rendered on the controller by M(sglang_patch_render), so the host needs
+        no jinja2. Their values must equal the values this run resolves, else nothing changes.
+    type: dict
   state_dir:
     description: Where state and pristine copies are kept (default C(<sglang_dir>/../.sglang-patches)).
     type: path
@@ -50,7 +56,7 @@ EXAMPLES = r"""
   sglang_patch:
     sglang_dir: /opt/sglang/releases/r1/venv/lib/python3.11/site-packages/sglang
     manifest: "{{ lookup('ansible.builtin.file', 'files/patches/manifest.yml') | from_yaml }}"
-    template_dir: /opt/sglang/releases/r1/patches
+    rendered: "{{ sglang_patches_render.rendered }}"
 """
 
 RETURN = r"""
@@ -69,17 +75,20 @@ def main() -> None:
         argument_spec=dict(
             sglang_dir=dict(type="path", required=True),
             manifest=dict(type="dict", required=True),
-            template_dir=dict(type="path", required=True),
+            template_dir=dict(type="path"),
+            rendered=dict(type="dict"),
             state_dir=dict(type="path"),
             only=dict(type="list", elements="str"),
             values=dict(type="dict", default={}),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
+        required_one_of=[("template_dir", "rendered")],
+        mutually_exclusive=[("template_dir", "rendered")],
         supports_check_mode=True,
     )
     p = module.params
     try:
-        manifest = load_manifest(p["manifest"], p["template_dir"])
+        manifest = load_manifest(p["manifest"], p["template_dir"], p["rendered"])
         if p["state"] == "present":
             results = apply(manifest, p["sglang_dir"], p["state_dir"], p["only"], p["values"], check=module.check_mode)
         else:

@@ -99,7 +99,10 @@ class PatchSpec:
 @dataclass(frozen=True)
 class Manifest:
     patches: list[PatchSpec]
-    template_dir: Path
+    template_dir: Optional[Path]
+    # Pre-rendered diffs, {id: {"values": {...}, "text": "..."}}, from render_selected() on another
+    # machine (Ansible renders on the controller, so the GPU host needs no jinja2).
+    rendered: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def get(self, patch_id: str) -> PatchSpec:
         for spec in self.patches:
@@ -144,8 +147,12 @@ class PatchResult:
 # ---------------------------------------------------------------- manifest
 
 
-def load_manifest(data: Mapping[str, Any], template_dir: str | os.PathLike[str]) -> Manifest:
-    """Validate a parsed manifest.yml; templates are looked up in template_dir."""
+def load_manifest(
+    data: Mapping[str, Any],
+    template_dir: str | os.PathLike[str] | None = None,
+    rendered: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> Manifest:
+    """Validate a parsed manifest.yml; templates are looked up in template_dir, or given pre-rendered."""
     if not isinstance(data, Mapping) or not isinstance(data.get("patches"), list):
         raise ManifestError("manifest must be a mapping with a `patches` list")
     specs = [_patch_spec(entry) for entry in data["patches"]]
@@ -158,7 +165,14 @@ def load_manifest(data: Mapping[str, Any], template_dir: str | os.PathLike[str])
             raise ManifestError(f"patches {seen_targets[spec.target]!r} and {spec.id!r} both target {spec.target}; use one entry per file")
         seen_ids.add(spec.id)
         seen_targets[spec.target] = spec.id
-    return Manifest(patches=specs, template_dir=Path(template_dir))
+    if template_dir is None and rendered is None:
+        raise UsageError("give the template directory or the pre-rendered patches")
+    for patch_id, entry in (rendered or {}).items():
+        if patch_id not in seen_ids:
+            raise ManifestError(f"pre-rendered patch {patch_id!r} is not in the manifest")
+        if not (isinstance(entry, Mapping) and isinstance(entry.get("text"), str) and isinstance(entry.get("values"), Mapping)):
+            raise ManifestError(f"pre-rendered patch {patch_id!r}: expected a mapping with `text` and `values`")
+    return Manifest(patches=specs, template_dir=Path(template_dir) if template_dir is not None else None, rendered=dict(rendered or {}))
 
 
 def _patch_spec(entry: Any) -> PatchSpec:
@@ -249,6 +263,74 @@ def sglang_version(sglang_dir: str | os.PathLike[str]) -> str:
         if found:
             return found
     raise SglangPatchError(f"no literal __version__ in {version_py} or its _version.py")
+
+
+# ---------------------------------------------------------------- locating the package in a virtualenv
+
+
+class SglangPackageError(SglangPatchError):
+    """The directory is not a virtualenv holding exactly one SGLang package."""
+
+
+@dataclass(frozen=True)
+class SglangPackage:
+    venv: str
+    python_version: str
+    site_packages: str
+    sglang_dir: str
+    version: str
+    dist_info_version: Optional[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pyvenv_version(cfg: Path) -> str:
+    for line in cfg.read_text(encoding="utf-8").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version_info", "version"):
+            found = re.match(r"\s*(\d+\.\d+)", value)
+            if found:
+                return found.group(1)
+    return ""
+
+
+def find_sglang(venv: str | os.PathLike[str]) -> SglangPackage:
+    root = Path(venv)
+    cfg = root / "pyvenv.cfg"
+    if not cfg.is_file():
+        raise SglangPackageError(
+            f"{root} is not a virtualenv: expected {cfg}, found {'no such directory' if not root.exists() else 'no pyvenv.cfg'}"
+        )
+    python_version = _pyvenv_version(cfg)
+    candidates = sorted(p for p in root.glob("lib*/python3*/site-packages/sglang") if (p / "__init__.py").is_file())
+    # lib64 is often a symlink to lib: the same package seen twice is one package.
+    unique: dict[str, Path] = {}
+    for path in candidates:
+        unique.setdefault(os.path.realpath(path), path)
+    if not unique:
+        raise SglangPackageError(f"no sglang package in the virtualenv {root}: looked for lib*/python3*/site-packages/sglang/__init__.py")
+    if len(unique) > 1:
+        raise SglangPackageError(f"more than one sglang package in {root}: {', '.join(str(p) for p in unique.values())}")
+    pkg = next(iter(unique.values()))
+    try:
+        version = sglang_version(pkg)
+    except SglangPatchError as exc:
+        raise SglangPackageError(f"{pkg}: {exc}") from exc
+    dist_versions = sorted(
+        m.group(1) for p in pkg.parent.glob("sglang-*.dist-info") if (m := re.fullmatch(r"sglang-(.+)\.dist-info", p.name))
+    )
+    dist_version = dist_versions[0] if len(dist_versions) == 1 else None
+    if dist_version is not None and dist_version != version:
+        raise SglangPackageError(f"{pkg}: version.py says {version} but pip installed sglang {dist_version} (mixed install)")
+    return SglangPackage(
+        venv=str(root),
+        python_version=python_version,
+        site_packages=str(pkg.parent),
+        sglang_dir=str(pkg),
+        version=version,
+        dist_info_version=dist_version,
+    )
 
 
 def _literal_version(body: list[ast.stmt]) -> Optional[str]:
@@ -396,6 +478,13 @@ def unified_diff(old: bytes, new: bytes, target: str) -> str:
 
 def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any]) -> str:
     """Render the patch's .diff.j2 with StrictUndefined (jinja2 imported here, not at module load)."""
+    if spec.id in manifest.rendered:
+        entry = manifest.rendered[spec.id]
+        if json.loads(json.dumps(dict(entry["values"]))) != json.loads(json.dumps(dict(values))):
+            raise UsageError(f"patch {spec.id}: pre-rendered with values {dict(entry['values'])}, but {dict(values)} are requested")
+        return str(entry["text"])
+    if manifest.template_dir is None:
+        raise UsageError(f"patch {spec.id}: no template directory and no pre-rendered text")
     import jinja2
 
     path = manifest.template_dir / spec.template
@@ -408,6 +497,19 @@ def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any])
         return env.from_string(source).render(**values)
     except jinja2.TemplateError as exc:
         raise SglangPatchError(f"patch {spec.id}: template {path} does not render: {exc}") from exc
+
+
+def render_selected(
+    manifest: Manifest,
+    only: Optional[Iterable[str]] = None,
+    values: Optional[Mapping[str, Any]] = None,
+) -> dict[str, dict[str, Any]]:
+    """Render the selected patches (default-on ones unless `only`) for use by load_manifest(rendered=...)."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in _select(manifest, only):
+        chosen = _values_for(manifest, spec, values or {})
+        out[spec.id] = {"values": json.loads(json.dumps(chosen)), "text": render_patch(manifest, spec, chosen)}
+    return out
 
 
 # ---------------------------------------------------------------- state

@@ -201,3 +201,34 @@ def test_audit_module_fails_listing_the_missing_methods(tmp_path):
     assert "get_embed_and_head (called at srt/speculative/eagle_worker.py:157" in result["msg"]
     assert "set_eagle3_layers_to_capture (called at" in result["msg"]
     assert result["audit"]["missing_required"] == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
+
+
+def test_patch_module_takes_the_patches_rendered_on_the_controller(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    args = patch_args(sglang)
+    rendered = run_module("sglang_patch_render", {"manifest": args["manifest"], "template_dir": args["template_dir"]})
+    assert rendered["changed"] is False and sorted(rendered["rendered"]) == ["kimi_k25_eagle3_delegation", "torch_symm_mem_sm120"]
+    del args["template_dir"]
+    wrong = run_module("sglang_patch", {**args, "rendered": rendered["rendered"], "values": {"sm120_multimem_world_sizes": [8]}})
+    assert wrong["failed"] and "pre-rendered with values" in wrong["msg"]
+    applied = run_module("sglang_patch", {**args, "rendered": rendered["rendered"]})
+    assert applied["changed"] is True, applied.get("msg")
+    assert b"def set_eagle3_layers_to_capture" in (sglang / "srt/models/kimi_k25.py").read_bytes()
+
+
+def test_package_module_finds_sglang_in_a_venv(tmp_path):
+    venv = tmp_path / "venv"
+    site = venv / "lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    shutil.move(str(sglang_tree(tmp_path)), site / "sglang")
+    found = run_module("sglang_package", {"venv": str(venv)})
+    assert found["package"]["version"] == "0.5.9" and found["package"]["sglang_dir"] == str(site / "sglang")
+    missing = run_module("sglang_package", {"venv": str(tmp_path / "nowhere")})
+    assert missing["failed"] and f"{tmp_path / 'nowhere'} is not a virtualenv" in missing["msg"]
+
+
+def test_audit_module_can_report_without_failing(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    result = run_module("sglang_audit", {"sglang": str(sglang), "model_class": "KimiK25ForConditionalGeneration", "fail_on_missing": False})
+    assert not result.get("failed") and result["audit"]["ok"] is False

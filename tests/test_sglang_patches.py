@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import py_compile
 import re
@@ -20,14 +21,18 @@ from sglang_patches import (
     DriftError,
     HunkError,
     Manifest,
+    ManifestError,
+    SglangPackageError,
     StateError,
     UnsupportedVersionError,
     UsageError,
     apply,
     apply_diff,
     default_state_dir,
+    find_sglang,
     load_manifest,
     parse_unified_diff,
+    render_selected,
     revert,
     sglang_version,
     sha256_bytes,
@@ -361,3 +366,69 @@ def test_cli_exit_codes(sg9: Path, tmp_path: Path) -> None:
     failed = run_cli("revert", "--sglang", str(sg9), "--state-dir", str(state))
     assert failed.returncode == 1
     assert failed.stderr.count("\n") == 1 and "kimi_k25_eagle3_delegation" in failed.stderr
+
+
+# ---------------------------------------------------------------- rendered on the controller
+
+
+def test_prerendered_patches_apply_like_templates(manifest_data: dict[str, Any], manifest: Manifest, sg9: Path, tmp_path: Path) -> None:
+    """What Ansible does: render on the controller, apply on the host with no template directory."""
+    twin = copy_tree("0.5.9", tmp_path / "twin")
+    rendered = render_selected(manifest, values={"sm120_all_reduce_max_mib": {8: 32}})
+    assert sorted(rendered) == ["kimi_k25_eagle3_delegation", "torch_symm_mem_sm120"]
+    assert rendered["torch_symm_mem_sm120"]["values"]["sm120_all_reduce_max_mib"] == {"8": 32}
+    host_side = load_manifest(manifest_data, rendered=json.loads(json.dumps(rendered)))
+    apply(host_side, sg9, values={"sm120_all_reduce_max_mib": {8: 32}})
+    apply(manifest, twin, values={"sm120_all_reduce_max_mib": {8: 32}})
+    assert snapshot(sg9) == snapshot(twin)
+
+
+def test_prerendered_with_other_values_is_refused(manifest_data: dict[str, Any], manifest: Manifest, sg9: Path) -> None:
+    before = snapshot(sg9)
+    rendered = render_selected(manifest)
+    host_side = load_manifest(manifest_data, rendered=rendered)
+    with pytest.raises(UsageError, match="pre-rendered with values"):
+        apply(host_side, sg9, values={"sm120_multimem_world_sizes": [8]})
+    assert snapshot(sg9) == before and state_files(sg9) == {}
+
+
+def test_prerendered_entry_must_be_known(manifest_data: dict[str, Any]) -> None:
+    with pytest.raises(ManifestError, match="'no_such_patch' is not in the manifest"):
+        load_manifest(manifest_data, rendered={"no_such_patch": {"values": {}, "text": ""}})
+
+
+# ---------------------------------------------------------------- locating the package
+
+
+def fake_venv(root: Path, version: str = "0.5.9", python: str = "3.11", dist: str | None = "0.5.9") -> Path:
+    (root / "pyvenv.cfg").parent.mkdir(parents=True, exist_ok=True)
+    (root / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {python}.2\n")
+    site = root / "lib" / f"python{python}" / "site-packages"
+    shutil.copytree(wheel_dir(version), site / "sglang", ignore=shutil.ignore_patterns("*.so"))
+    if dist:
+        (site / f"sglang-{dist}.dist-info").mkdir()
+    return root
+
+
+def test_find_sglang_in_a_venv(tmp_path: Path) -> None:
+    venv = fake_venv(tmp_path / "venv")
+    (venv / "lib64").symlink_to("lib")
+    found = find_sglang(venv)
+    assert found.version == "0.5.9" and found.python_version == "3.11" and found.dist_info_version == "0.5.9"
+    assert found.sglang_dir == str(venv / "lib/python3.11/site-packages/sglang")
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: p, "is not a virtualenv"),
+        (lambda p: (p.mkdir(), (p / "pyvenv.cfg").write_text("version = 3.11.2\n")), "no sglang package in the virtualenv"),
+        (lambda p: fake_venv(p, dist="0.5.10"), "version.py says 0.5.9 but pip installed sglang 0.5.10"),
+    ],
+    ids=["missing", "empty", "mixed"],
+)
+def test_find_sglang_says_what_is_wrong(tmp_path: Path, setup: Any, message: str) -> None:
+    venv = tmp_path / "venv"
+    setup(venv)
+    with pytest.raises(SglangPackageError, match=message):
+        find_sglang(venv)
