@@ -8,6 +8,8 @@ build pipeline's SM120 verification and by ``bin/cuda-arch``.
   cuobjdump: a cubin is an ELF file for machine EM_CUDA whose flags hold the SM
   number; a host object or shared library embeds fat binaries (magic 0xBA55ED50)
   whose entries each name their kind (ELF or PTX) and architecture.
+* ``elf_needed`` lists a shared object's DT_NEEDED libraries (which CUDA runtime it links),
+  without ldd or readelf.
 * ``installed_version`` reads the ``version.json`` every CUDA toolkit tree has.
 """
 
@@ -98,6 +100,40 @@ def require_target(path: str, arch: str) -> list[str]:
         found = ", ".join(targets) or "no GPU code"
         raise CudaToolkitError(f"{path}: expected {wanted} machine code, found {found}")
     return targets
+
+
+_SECTION = struct.Struct("<IIQQQQIIQQ")  # ELF64 section header
+SHT_DYNAMIC = 6
+DT_NEEDED = 1
+
+
+def elf_needed(path: str) -> list[str] | None:
+    """DT_NEEDED entries of a 64-bit little-endian ELF file, or None when it is not one."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [_SECTION.unpack_from(data, shoff + i * shentsize) for i in range(shnum) if shoff + (i + 1) * shentsize <= len(data)]
+    needed: list[str] = []
+    for _, kind, _, _, offset, size, link, _, _, _ in sections:
+        if kind != SHT_DYNAMIC or link >= len(sections):
+            continue
+        strtab = sections[link][4]
+        for pos in range(offset, offset + size - 15, 16):
+            tag, value = struct.unpack_from("<qQ", data, pos)
+            if tag == 0:
+                break
+            if tag == DT_NEEDED:
+                end = data.index(b"\0", strtab + value)
+                needed.append(data[strtab + value : end].decode("utf-8", "replace"))
+    return needed
+
+
+def cudart_major(needed: list[str]) -> list[str]:
+    """The CUDA runtime majors a DT_NEEDED list links: ['libcudart.so.13'] -> ['13']."""
+    return sorted({m.group(1) for name in needed if (m := re.fullmatch(r"libcudart\.so\.(\d+)(?:\..*)?", name))})
 
 
 def installed_version(root: str) -> str | None:

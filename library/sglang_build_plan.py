@@ -1,0 +1,61 @@
+#!/usr/bin/python
+"""Ansible module: validate the build specs and compute their cache keys (run on the controller)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_build_plan
+short_description: Validate build specs, order them and compute their cache keys
+description:
+  - Thin wrapper around module_utils/build_pipeline.py. Every spec is checked before anything is
+    built; an unknown field or a missing source fails naming the artifact.
+  - A key is the sha256 of the artifact's inputs (including the content of controller-side
+    sources) and of the keys of what it depends on. Run it on the controller
+    (C(delegate_to: localhost)), where C(path) and C(wheelhouse) sources live. Changes nothing.
+options:
+  specs:
+    description: The build specs (see the role sglang_build).
+    type: list
+    elements: raw
+    required: true
+  context:
+    description: Inputs common to every artifact (CUDA version, nvcc build, CUDA home, arch).
+    type: dict
+    required: true
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Plan the builds
+  sglang_build_plan:
+    specs: "{{ sglang_build_specs }}"
+    context: {cuda_version: 13.0.1, cuda_home: /usr/local/cuda-13.0, arch: "12.0"}
+  delegate_to: localhost
+  register: sglang_build_planned
+"""
+
+RETURN = r"""
+plan:
+  description: The artifacts in build order, each with name, package, key, short, kind, depends_on, spec.
+  type: list
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.build_pipeline import BuildSpecError, plan
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(specs=dict(type="list", elements="raw", required=True), context=dict(type="dict", required=True)),
+        supports_check_mode=True,
+    )
+    try:
+        planned = plan(module.params["specs"], module.params["context"])
+    except BuildSpecError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, plan=[p.to_dict() for p in planned])
+
+
+if __name__ == "__main__":
+    main()
