@@ -190,15 +190,13 @@ class Releases:
         return True
 
     def prune(self, keep: int, check: bool = False) -> list[str]:
-        """Remove the oldest release directories beyond `keep`, never current, last good or building."""
+        """Keep the newest `keep` releases plus the current, the last good and any building; remove the rest."""
         if keep < 1:
             raise ReleaseError(f"sglang_keep_releases must be at least 1, found {keep}")
         data = self.load()
         present = [r for r in data["order"] if self.path(r).is_dir()]
         protected = {data.get("current"), data.get("last_good")} | {r for r in present if data["releases"][r]["state"] == "building"}
-        removable = [r for r in present if r not in protected]
-        excess = len(present) - keep
-        victims = removable[: max(0, excess)]
+        victims = [r for r in present[: max(0, len(present) - keep)] if r not in protected]
         if check or not victims:
             return victims
         with self._locked() as locked:
