@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from build_pipeline import (
     BuildError,
     BuildSpecError,
@@ -24,6 +23,7 @@ from build_pipeline import (
     wait,
     work_dir,
 )
+
 from conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sm120-probe"
@@ -116,7 +116,12 @@ def test_jobs_follow_cores_and_memory() -> None:
 
 def build_probe(cuda_home: Path, out: Path, name: str = "probe", **env: str) -> Path:
     run_env = {**os.environ, "CUDA_HOME": str(cuda_home), **env}
-    subprocess.run(["python3", str(FIXTURE / "build_wheel.py"), "--name", name, "--version", "1.0", "--out", str(out)], check=True, env=run_env, capture_output=True)
+    subprocess.run(
+        ["python3", str(FIXTURE / "build_wheel.py"), "--name", name, "--version", "1.0", "--out", str(out)],
+        check=True,
+        env=run_env,
+        capture_output=True,
+    )
     return next(out.glob(f"{name}-*.whl"))
 
 
@@ -125,13 +130,15 @@ def test_sm120_wheel_passes_with_both_witnesses(cuda_home: Path, cuobjdump: Path
     rules = {"cuda_arch": "12.0", "cudart": "13", "device_code": "required"}
     builtin = verify_wheel(wheel, rules)
     witnessed = verify_wheel(wheel, rules, str(cuobjdump))
-    assert builtin["shared_objects"] == witnessed["shared_objects"] == [{"path": "probe/libprobe.so", "targets": ["sm_120"], "cudart": ["13"]}]
+    assert (
+        builtin["shared_objects"] == witnessed["shared_objects"] == [{"path": "probe/libprobe.so", "targets": ["sm_120"], "cudart": ["13"]}]
+    )
     assert "cuobjdump" in witnessed["witness"]
 
 
 def test_wheel_without_sm120_is_rejected(cuda_home: Path, cuobjdump: Path, tmp_path: Path) -> None:
     wheel = build_probe(cuda_home, tmp_path, PROBE_ARCH="90")
-    with pytest.raises(BuildError, match="probe/libprobe.so: expected sm_120, found sm_90"):
+    with pytest.raises(BuildError, match=r"probe/libprobe\.so: expected sm_120, found sm_90"):
         verify_wheel(wheel, {"cuda_arch": "12.0", "device_code": "required"}, str(cuobjdump))
 
 
