@@ -111,7 +111,10 @@ def main() -> None:
             if not check:
                 releases.discard(p["release"], p["reason"])
         elif action == "switch":
+            before = releases.summary().get("current_link")
             changed = releases.switch(p["release"], check=check)
+            if changed and module._diff:
+                extra["diff"] = {"before": f"current -> {before}\n", "after": f"current -> releases/{p['release']}\n"}
         elif action == "prune":
             extra["pruned"] = releases.prune(p["keep"], check=check)
             changed = bool(extra["pruned"])
