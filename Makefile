@@ -50,7 +50,7 @@ lab-down:
 	scripts/lab.sh down
 
 ifeq ($(INVENTORY),inventory/lab)
-deploy: venv lab
+deploy: venv lab sglang-wheels
 else
 deploy: venv
 endif
