@@ -43,8 +43,11 @@ holder:
   returned: when present
 """
 
+import os
+import time
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.deploy_lock import LockError, acquire, release
+from ansible.module_utils.deploy_lock import LockError, acquire, read, release
 
 
 def main() -> None:
@@ -62,6 +65,14 @@ def main() -> None:
         removed = False if module.check_mode else release(p["path"], str(p["holder"].get("run_id")))
         module.exit_json(changed=False, removed=removed)
     if module.check_mode:
+        # Read-only: a check-mode run still refuses to look at a host another run is changing.
+        held = read(p["path"]) if os.path.exists(p["path"]) else None
+        if (
+            held
+            and held.get("run_id") != p["holder"].get("run_id")
+            and (time.time() - float(held.get("since", 0))) / 60 < p["stale_minutes"]
+        ):
+            module.fail_json(msg=f"another deploy holds {p['path']} (run_id={held.get('run_id')}, user={held.get('user', '?')})")
         module.exit_json(changed=False, holder=p["holder"])
     try:
         result = acquire(p["path"], p["holder"], p["stale_minutes"])
