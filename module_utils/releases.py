@@ -1,6 +1,7 @@
 """Versioned SGLang releases: the explicit record (releases.json), the current symlink, pruning.
 
-Plain Python, standard library only, no Ansible imports; library/sglang_release.py wraps it.
+Plain Python, standard library and the sibling ``sglang_patches`` (its atomic write) only;
+library/sglang_release.py wraps it.
 
     <root>/releases/<id>/          one release: venv/ (created at its final path), logs/, manifest.json
     <root>/current -> releases/<id>   switched atomically (symlink to a temp name, then rename)
@@ -18,12 +19,16 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
+
+try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.sglang_patches)
+    from ansible.module_utils.sglang_patches import atomic_write  # type: ignore[import-not-found]
+except ImportError:  # plain Python: module_utils/ is on sys.path
+    from sglang_patches import atomic_write  # type: ignore[no-redef]
 
 SCHEMA = 1
 STATES = ("building", "ready", "good", "bad")
@@ -40,19 +45,7 @@ def _now() -> str:
 
 
 def _atomic_json(path: Path, data: Mapping[str, Any], mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode)
 
 
 class Releases:
