@@ -55,6 +55,9 @@ else
 deploy: venv
 endif
 	ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
+	@for host in reports/*/; do [ -d "$$host" ] || continue; \
+	  latest=$$(ls -t "$$host"*/report.md 2>/dev/null | head -n 1); \
+	  [ -z "$$latest" ] || echo "report of $$(basename "$$host"): $(CURDIR)/$$latest"; done
 
 lint: venv
 	yamllint --strict .

@@ -128,6 +128,13 @@ class Releases:
         _atomic_json(manifest_path, manifest)
         return manifest
 
+    def annotate(self, release_id: str, field: str, value: Any) -> None:
+        """Keep `value` under `field` of the release's entry in releases.json (it outlives pruning)."""
+        if field in ("key", "state", "created", "updated", "reason", "removed"):
+            raise ReleaseError(f"{field!r} is kept by the release record itself and cannot be annotated")
+        with self._locked() as data:
+            self.get(data, release_id)[field] = value
+
     def set_state(self, release_id: str, state: str, reason: str = "", manifest: Optional[Mapping[str, Any]] = None) -> bool:
         """Move a release to `state`; returns whether anything changed."""
         if state not in STATES:

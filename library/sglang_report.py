@@ -1,0 +1,167 @@
+#!/usr/bin/python
+"""Ansible module: benchmark figures, verdict and the per-release report (JSON, Markdown, PNG chart)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_report
+short_description: Summarize benchmark runs, judge baseline vs speculative, write the release report
+description:
+  - Thin wrapper around module_utils/bench_report.py and module_utils/png_chart.py, run on the host.
+  - Reads every run file first (a missing or malformed one fails before anything is written), then
+    records the figures in the release's manifest.json and its releases.json entry, and writes
+    report.json, report.md and chart.png into O(report_dir) together (a temporary directory swapped in).
+options:
+  root:
+    description: Release root (holds releases/ and releases.json).
+    type: path
+    default: /opt/sglang
+  release:
+    description: The release measured.
+    type: str
+    required: true
+  host:
+    description: Host name shown in the report and chart.
+    type: str
+    required: true
+  runs:
+    description: One item per run, C(profile), C(slot) (c1 or batch) and C(path) of its result file.
+    type: list
+    elements: dict
+    default: []
+  output_len:
+    description: Output tokens per request (bench_serving files do not record it).
+    type: int
+    required: true
+  configured_profile:
+    description: The profile the host is configured to serve.
+    type: str
+    required: true
+  baseline:
+    description: Profile the speculative one is compared with.
+    type: str
+    default: baseline
+  candidate:
+    description: The speculative profile judged against the baseline.
+    type: str
+    default: eagle3
+  gate:
+    description: What a candidate slower than baseline x O(threshold) means (the role fails on C(fail)).
+    type: str
+    choices: [warn, fail, off]
+    default: warn
+  threshold:
+    description: Ratio the candidate must reach (1.0 = at least as fast as baseline).
+    type: float
+    default: 1.0
+  settings:
+    description: Benchmark settings shown in the report (prompt set, counts, client).
+    type: dict
+    default: {}
+  report_dir:
+    description: Where the three report files go (default C(<root>/releases/<release>/report)).
+    type: path
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Write the report of the current release
+  sglang_report:
+    release: 0003-1a2b3c4d
+    host: gpu-1
+    output_len: 128
+    configured_profile: eagle3
+    runs:
+      - {profile: eagle3, slot: c1, path: /opt/sglang/benchmark/eagle3-c1.json}
+"""
+
+RETURN = r"""
+figures:
+  description: Per profile, the C(c1) and C(batch) summaries (output tok/s, TTFT, ITL, accept length...).
+  type: dict
+  returned: success
+verdict:
+  description: Which profile is faster and by how much; C(status) pass, warn, fail, off or not-compared.
+  type: dict
+  returned: success
+lines:
+  description: One human-readable line per run.
+  type: list
+  returned: success
+files:
+  description: The report files written on the host (report.json, report.md, chart.png).
+  type: list
+  returned: success
+"""
+
+import json
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bench_report import (
+    BenchError,
+    build_report,
+    chart,
+    figure_lines,
+    history_from_record,
+    load_run,
+    record_entry,
+    render_markdown,
+    summarize,
+    verdict,
+    write_report_dir,
+)
+from ansible.module_utils.releases import ReleaseError, Releases
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", default="/opt/sglang"),
+            release=dict(type="str", required=True),
+            host=dict(type="str", required=True),
+            runs=dict(type="list", elements="dict", default=[]),
+            output_len=dict(type="int", required=True),
+            configured_profile=dict(type="str", required=True),
+            baseline=dict(type="str", default="baseline"),
+            candidate=dict(type="str", default="eagle3"),
+            gate=dict(type="str", choices=["warn", "fail", "off"], default="warn"),
+            threshold=dict(type="float", default=1.0),
+            settings=dict(type="dict", default={}),
+            report_dir=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    releases = Releases(p["root"])
+    try:
+        figures: dict[str, dict[str, dict]] = {}
+        for item in p["runs"]:
+            if item.get("slot") not in ("c1", "batch") or not item.get("profile") or not item.get("path"):
+                raise BenchError(f"runs: each item needs profile, slot (c1 or batch) and path, found {item}")
+            run = load_run(item["path"], item["profile"], p["output_len"])
+            figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
+        judged = verdict(figures, p["baseline"], p["candidate"], p["gate"], p["threshold"])
+        record = releases.load()
+        releases.get(record, p["release"])
+        manifest_path = releases.path(p["release"]) / "manifest.json"
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        entry = record_entry(figures, judged)
+        record["releases"][p["release"]]["benchmark"] = entry
+        history = history_from_record(record)
+        report = build_report(p["host"], manifest, figures, judged, p["configured_profile"], history, p["settings"])
+        png, _bars = chart(history, p["host"])
+        markdown = render_markdown(report)
+        report_dir = p["report_dir"] or str(releases.path(p["release"]) / "report")
+        files = [str(Path(report_dir) / n) for n in ("report.json", "report.md", "chart.png")]
+        if not module.check_mode:
+            releases.annotate(p["release"], "benchmark", entry)
+            releases.update_manifest(p["release"], {"benchmark": {"figures": figures, "verdict": judged, "settings": p["settings"]}})
+            files = write_report_dir(report_dir, report, markdown, png)
+    except (BenchError, ReleaseError, OSError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=True, figures=figures, lines=figure_lines(figures), verdict=judged, files=files, report_dir=report_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,507 @@
+"""Benchmark figures, the baseline-vs-speculative verdict and gate, and the per-release report.
+
+Plain Python, standard library only (the chart is drawn by the sibling ``png_chart``);
+library/sglang_report.py wraps it on the host and pytest drives it on recorded timings.
+
+A *run* is one benchmark of one profile at one concurrency, whichever client measured it::
+
+    {"tool": "toolkit-client" | "bench_serving", "profile": "eagle3", "concurrency": 1,
+     "output_len": 64, "duration_s": 12.3, "accept_length": 2.4 | None, "accept_source": "...",
+     "requests": [{"ok": true, "ttft_s": 0.05, "itl_s": [0.011, ...], "latency_s": 0.9,
+                   "output_tokens": 64, "error": ""}, ...],
+     "error": ""}            # set when the run as a whole failed (client crashed, server gone)
+
+``summarize`` turns a run into figures with the same definitions as SGLang's bench_serving
+(TTFT = first streamed chunk with text; ITL = gap between chunks divided by the tokens the chunk
+added; output tok/s = output tokens / wall time of the run).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+GATES = ("warn", "fail", "off")
+TOOLS = ("toolkit-client", "bench_serving")
+
+
+class BenchError(Exception):
+    """Benchmark input that cannot be used; the message names what was expected and what was found."""
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def percentile(values: Sequence[float], pct: float) -> Optional[float]:
+    """Linear-interpolated percentile (numpy's default), None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _stats_ms(values_s: Sequence[float]) -> dict[str, Optional[float]]:
+    if not values_s:
+        return {"mean": None, "median": None, "p99": None}
+    ms = [v * 1000.0 for v in values_s]
+    return {"mean": round(sum(ms) / len(ms), 3), "median": round(percentile(ms, 50) or 0.0, 3), "p99": round(percentile(ms, 99) or 0.0, 3)}
+
+
+# ------------------------------------------------------------------ runs
+
+
+def validate_run(run: Mapping[str, Any], source: str = "run") -> None:
+    """Refuse a run record that is not shaped as above (a truncated or foreign file)."""
+    if not isinstance(run, Mapping):
+        raise BenchError(f"{source}: expected a JSON object, found {type(run).__name__}")
+    missing = [k for k in ("tool", "profile", "concurrency", "requests") if k not in run]
+    if missing:
+        raise BenchError(f"{source}: missing {', '.join(missing)} (found keys: {', '.join(sorted(run)) or 'none'})")
+    if run["tool"] not in TOOLS:
+        raise BenchError(f"{source}: tool must be one of {', '.join(TOOLS)}, found {run['tool']!r}")
+    if not isinstance(run["requests"], list):
+        raise BenchError(f"{source}: requests must be a list, found {type(run['requests']).__name__}")
+
+
+def summarize(run: Mapping[str, Any]) -> dict[str, Any]:
+    """Figures of one run. ``ok`` is true only when every request completed; an empty or failed run
+    keeps ``ok`` false and says why in ``problem`` (its throughput figures are then None)."""
+    validate_run(run)
+    requests = run["requests"]
+    done = [r for r in requests if r.get("ok")]
+    errors = sorted({str(r.get("error") or "failed").strip().splitlines()[-1][:200] for r in requests if not r.get("ok")})
+    duration = float(run.get("duration_s") or 0.0)
+    out_tokens = sum(int(r.get("output_tokens") or 0) for r in done)
+    problem = ""
+    if run.get("error"):
+        problem = f"the run failed: {str(run['error'])[:300]}"
+    elif not requests:
+        problem = "no requests were run (empty prompt set or num_prompts 0)"
+    elif not done:
+        problem = f"all {len(requests)} requests failed: {'; '.join(errors[:3])}"
+    elif len(done) < len(requests):
+        problem = f"{len(requests) - len(done)} of {len(requests)} requests failed: {'; '.join(errors[:3])}"
+    elif duration <= 0:
+        problem = f"duration_s must be positive, found {run.get('duration_s')!r}"
+    measured = bool(done) and duration > 0
+    accept = run.get("accept_length")
+    return {
+        "ok": not problem,
+        "problem": problem,
+        "tool": run["tool"],
+        "profile": run["profile"],
+        "concurrency": int(run["concurrency"]),
+        "output_len": run.get("output_len"),
+        "requests": len(requests),
+        "completed": len(done),
+        "failed": len(requests) - len(done),
+        "duration_s": round(duration, 3),
+        "output_tokens": out_tokens,
+        "output_tok_s": round(out_tokens / duration, 2) if measured else None,
+        "request_per_s": round(len(done) / duration, 3) if measured else None,
+        "ttft_ms": _stats_ms([float(r["ttft_s"]) for r in done if r.get("ttft_s") is not None]),
+        "itl_ms": _stats_ms([float(x) for r in done for x in (r.get("itl_s") or [])]),
+        "latency_ms": _stats_ms([float(r["latency_s"]) for r in done if r.get("latency_s") is not None]),
+        "accept_length": round(float(accept), 3) if isinstance(accept, (int, float)) and accept > 0 else None,
+        "accept_source": run.get("accept_source") if isinstance(accept, (int, float)) and accept > 0 else None,
+        "errors": errors[:5],
+    }
+
+
+def from_bench_serving(record: Mapping[str, Any], profile: str, output_len: int) -> dict[str, Any]:
+    """A run from one line of SGLang bench_serving's --output-file (written with --output-details)."""
+    needed = ("duration", "ttfts", "itls", "output_lens", "errors")
+    missing = [k for k in needed if k not in record]
+    if missing:
+        raise BenchError(f"bench_serving output: missing {', '.join(missing)}; it must be written with --output-details")
+    requests = []
+    for ttft, itl, out_len, error in zip(record["ttfts"], record["itls"], record["output_lens"], record["errors"]):
+        ok = not error
+        requests.append(
+            {
+                "ok": ok,
+                "ttft_s": ttft if ok else None,
+                "itl_s": list(itl or []) if ok else [],
+                "output_tokens": int(out_len or 0) if ok else 0,
+                "error": error or "",
+            }
+        )
+    accept = record.get("accept_length")
+    return {
+        "tool": "bench_serving",
+        "profile": profile,
+        "concurrency": int(record.get("max_concurrency") or 1),
+        "output_len": output_len,
+        "duration_s": float(record["duration"]),
+        "requests": requests,
+        "accept_length": accept,
+        "accept_source": "server_info" if accept else None,
+        "error": "",
+    }
+
+
+def load_run(path: str | os.PathLike[str], profile: str, output_len: int) -> dict[str, Any]:
+    """Read a run file written by the toolkit client (JSON) or bench_serving (JSONL, last line)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"benchmark result {p}: {exc.strerror or exc}") from exc
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise BenchError(f"benchmark result {p} is empty")
+    try:
+        data = json.loads(text) if not p.name.endswith(".jsonl") else json.loads(lines[-1])
+    except ValueError as exc:
+        raise BenchError(f"benchmark result {p} is not JSON: {exc}") from exc
+    if p.name.endswith(".jsonl"):
+        return from_bench_serving(data, profile, output_len)
+    validate_run(data, str(p))
+    return data
+
+
+# ------------------------------------------------------------------ verdict and gate
+
+
+def verdict(
+    figures: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    baseline: str,
+    candidate: str,
+    gate: str = "warn",
+    threshold: float = 1.0,
+) -> dict[str, Any]:
+    """Compare candidate (the speculative profile) with baseline on output tok/s at concurrency 1.
+
+    ``figures`` is {profile: {"c1": summary, "batch": summary}}. The gate trips when the candidate
+    is slower than baseline x threshold: status ``warn`` or ``fail`` (by ``gate``), else ``pass``;
+    ``off`` never trips; ``not-compared`` when either profile was not measured cleanly."""
+    if gate not in GATES:
+        raise BenchError(f"sglang_benchmark_gate must be one of {', '.join(GATES)}, found {gate!r}")
+    if not isinstance(threshold, (int, float)) or threshold <= 0:
+        raise BenchError(f"sglang_benchmark_gate_threshold must be a number > 0, found {threshold!r}")
+    out: dict[str, Any] = {
+        "baseline": baseline,
+        "candidate": candidate,
+        "metric": "output tok/s at concurrency 1",
+        "gate": gate,
+        "threshold": threshold,
+    }
+    base, cand = figures.get(baseline, {}).get("c1"), figures.get(candidate, {}).get("c1")
+    absent = [name for name, fig in ((baseline, base), (candidate, cand)) if not fig or not fig.get("ok")]
+    if absent:
+        unmeasured = [name for name in absent if name not in figures]
+        failed = [name for name in absent if name in figures]
+        reasons = ([f"{', '.join(unmeasured)} not measured"] if unmeasured else []) + (
+            [f"no clean concurrency-1 figures for {', '.join(failed)}"] if failed else []
+        )
+        hint = f" (measure both with sglang_benchmark_profiles: [{baseline}, {candidate}])" if unmeasured else ""
+        out.update(status="not-compared", faster=None, ratio=None, message=f"{'; '.join(reasons)}: nothing compared{hint}")
+        return out
+    assert base is not None and cand is not None
+    ratio = float(cand["output_tok_s"]) / float(base["output_tok_s"])
+    faster = candidate if ratio >= 1 else baseline
+    pct = abs(ratio - 1) * 100
+    batch_note = ""
+    bb, cb = figures.get(baseline, {}).get("batch"), figures.get(candidate, {}).get("batch")
+    if bb and cb and bb.get("ok") and cb.get("ok"):
+        out["batch_ratio"] = round(float(cb["output_tok_s"]) / float(bb["output_tok_s"]), 4)
+        batch_note = f"; at concurrency {cb['concurrency']} {candidate}/{baseline} = {out['batch_ratio']:.2f}x"
+    message = (
+        f"{faster} is faster: {candidate} {cand['output_tok_s']:.1f} tok/s vs {baseline} {base['output_tok_s']:.1f} tok/s "
+        f"at concurrency 1 ({ratio:.2f}x, {pct:.1f}% {'faster' if ratio >= 1 else 'slower'}){batch_note}"
+    )
+    tripped = ratio < threshold
+    status = "off" if gate == "off" else (gate if tripped else "pass")
+    if tripped and gate != "off":
+        message += f"; gate {gate}: {candidate} is below {baseline} x {threshold:g}"
+    out.update(status=status, faster=faster, ratio=round(ratio, 4), percent=round((ratio - 1) * 100, 2), message=message)
+    return out
+
+
+# ------------------------------------------------------------------ report
+
+
+def history_from_record(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Benchmark points over the releases of a host, oldest first, from releases.json entries."""
+    points = []
+    for release_id in record.get("order", []):
+        bench = record.get("releases", {}).get(release_id, {}).get("benchmark") or {}
+        for profile, fig in sorted((bench.get("profiles") or {}).items()):
+            points.append(
+                {"release": release_id, "profile": profile, "c1": fig.get("c1"), "batch": fig.get("batch"), "at": bench.get("at")}
+            )
+    return points
+
+
+def record_entry(figures: Mapping[str, Mapping[str, Mapping[str, Any]]], verdict_: Mapping[str, Any]) -> dict[str, Any]:
+    """What releases.json keeps per release (survives pruning, feeds the chart)."""
+    return {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "profiles": {
+            p: {
+                "c1": (f.get("c1") or {}).get("output_tok_s"),
+                "batch": (f.get("batch") or {}).get("output_tok_s"),
+                "accept_length": (f.get("c1") or {}).get("accept_length"),
+            }
+            for p, f in figures.items()
+        },
+        "verdict": verdict_.get("status"),
+    }
+
+
+def build_report(
+    host: str,
+    manifest: Mapping[str, Any],
+    figures: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    verdict_: Mapping[str, Any],
+    configured_profile: str,
+    history: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """report.json: what runs (versions and hashes, patches, audit, flags, health, optimisations
+    in effect) and how fast, for one release on one host."""
+    service = manifest.get("service") or {}
+    findings = service.get("runtime_findings") or []
+    patches = manifest.get("patches") if isinstance(manifest.get("patches"), Mapping) else {}
+    sglang = manifest.get("sglang") or {}
+    cuda = manifest.get("cuda") or {}
+    return {
+        "schema": 1,
+        "host": host,
+        "release": manifest.get("id"),
+        "state": manifest.get("state"),
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "release_key": manifest.get("key"),
+        "versions": {
+            "sglang": sglang.get("version"),
+            "cuda": cuda.get("cuda_version"),
+            "nvcc": cuda.get("nvcc_build"),
+            "arch": cuda.get("arch"),
+        },
+        "artifacts": {
+            name: {
+                "package": art.get("package"),
+                "key": art.get("key"),
+                "wheels": [
+                    {"wheel": w.get("wheel"), "sha256": w.get("sha256"), "witness": w.get("witness")} for w in art.get("wheels") or []
+                ],
+            }
+            for name, art in sorted((manifest.get("artifacts") or {}).items())
+            if isinstance(art, Mapping)
+        },
+        "patches": {"state": patches.get("state", "off" if not patches else None), "patches": dict(patches.get("patches") or {})},
+        "audit": dict(patches.get("audit") or {}),
+        "service": {
+            "configured_profile": configured_profile,
+            "profile": service.get("profile"),
+            "argv": service.get("argv") or [],
+            "flag_check": service.get("flag_check"),
+            "flag_warnings": service.get("flag_warnings") or [],
+            "env_keys": service.get("env_keys") or [],
+            "security": service.get("security"),
+            "health": service.get("health") or {},
+        },
+        "optimisations": effective_optimisations(service.get("argv") or [], findings, service.get("flag_warnings") or []),
+        "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
+        "history": [dict(h) for h in history],
+    }
+
+
+OPTIMISATION_FLAGS = {
+    "--speculative-algorithm": "speculative decoding",
+    "--enable-torch-symm-mem": "torch symmetric-memory all-reduce",
+    "--enable-flashinfer-allreduce-fusion": "FlashInfer all-reduce fusion",
+    "--enable-mixed-chunk": "mixed chunked prefill",
+    "--cuda-graph-max-bs": "CUDA graphs",
+}
+
+
+def effective_optimisations(
+    argv: Sequence[str], findings: Sequence[Mapping[str, Any]], flag_warnings: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Optimisations the flags ask for, and whether each is in effect: not when the flag check
+    called the flag a no-op on this GPU, nor when the journal showed it switched off at run time."""
+    out = []
+    args = list(argv)
+    for flag, name in OPTIMISATION_FLAGS.items():
+        if flag not in args:
+            continue
+        i = args.index(flag)
+        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+        off = [str(w) for w in flag_warnings if str(w).startswith(flag + " ") and "no-op" in str(w)]
+        off += [str(f.get("meaning", "")) for f in findings if name.split()[0].lower() in str(f.get("meaning", "")).lower()]
+        out.append({"name": name, "flag": flag, "value": value, "in_effect": not off, "note": "; ".join(off)})
+    if "--disable-cuda-graph" in args:
+        out.append({"name": "CUDA graphs", "flag": "--disable-cuda-graph", "value": None, "in_effect": False, "note": "disabled by flag"})
+    return out
+
+
+def figure_lines(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """One line per run, for the play's output."""
+    lines = []
+    for profile, runs in figures.items():
+        for key in ("c1", "batch"):
+            f = runs.get(key)
+            if not f:
+                continue
+            if not f["ok"]:
+                lines.append(f"{profile} concurrency {f['concurrency']}: {f['problem']}")
+                continue
+            accept = f", accept length {f['accept_length']:.2f}" if f.get("accept_length") else ""
+            lines.append(
+                f"{profile} concurrency {f['concurrency']}: {f['output_tok_s']:.1f} tok/s, {f['request_per_s']:.2f} req/s, "
+                f"TTFT {_fmt(f['ttft_ms']['mean'])} ms (p99 {_fmt(f['ttft_ms']['p99'])}), ITL {_fmt(f['itl_ms']['mean'], 2)} ms{accept}"
+            )
+    return lines
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _md(text: Any) -> str:
+    return html.escape(str(text)).replace("|", "\\|")
+
+
+def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") -> str:
+    bench = report["benchmark"]
+    verdict_ = bench["verdict"]
+    lines = [
+        f"# SGLang release {report['release']} on {report['host']}",
+        "",
+        f"Generated {report['generated']}; release state **{report['state']}**; "
+        f"configured profile **{report['service']['configured_profile']}**.",
+        "",
+        "## Verdict",
+        "",
+        f"**{verdict_.get('status', '-')}**: {_md(verdict_.get('message', ''))}",
+        "",
+        "## Benchmark",
+        "",
+        f"Prompt set {_md(bench['settings'].get('prompts', '-'))}, {bench['settings'].get('num_prompts', '-')} prompts, "
+        f"{bench['settings'].get('output_len', '-')} output tokens each, streamed; client: {_md(bench['settings'].get('client', '-'))}.",
+        "",
+        "| profile | concurrency | output tok/s | requests/s | TTFT mean / p99 ms | ITL mean / p99 ms | accept length | completed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for profile, runs in bench["profiles"].items():
+        for key in ("c1", "batch"):
+            f = runs.get(key)
+            if not f:
+                continue
+            lines.append(
+                f"| {_md(profile)} | {f['concurrency']} | {_fmt(f['output_tok_s'])} | {_fmt(f['request_per_s'], 3)} | "
+                f"{_fmt(f['ttft_ms']['mean'])} / {_fmt(f['ttft_ms']['p99'])} | "
+                f"{_fmt(f['itl_ms']['mean'], 2)} / {_fmt(f['itl_ms']['p99'], 2)} | "
+                f"{_fmt(f['accept_length'], 2)} | {f['completed']}/{f['requests']}{'' if f['ok'] else ' (' + _md(f['problem']) + ')'} |"
+            )
+    lines += ["", f"![tok/s per release and profile]({chart_name})", "", "## What runs", ""]
+    versions = report.get("versions") or {}
+    lines.append(
+        f"- SGLang {_md(versions.get('sglang') or '-')}, CUDA {_md(versions.get('cuda') or '-')} "
+        f"(nvcc {_md(versions.get('nvcc') or '-')}), "
+        f"arch {_md(versions.get('arch') or '-')}; release key `{_md(str(report.get('release_key') or '-')[:16])}`"
+    )
+    for name, art in (report.get("artifacts") or {}).items():
+        wheels = ", ".join(f"{_md(w['wheel'])} (sha256 {_md(str(w['sha256'])[:12])})" for w in art["wheels"]) or "no wheels"
+        lines.append(f"- {_md(name)} (key `{_md(str(art['key'])[:12])}`): {wheels}")
+    patches = report.get("patches") or {}
+    lines += ["", f"## Patches ({_md(patches.get('state') or '-')}) and audit", ""]
+    for pid, status in sorted((patches.get("patches") or {}).items()):
+        lines.append(f"- {_md(pid)}: {_md(status)}")
+    audit = report.get("audit") or {}
+    if audit:
+        missing = audit.get("missing_required") or []
+        lines.append(
+            f"- audit of {_md(audit.get('model_class', '-'))} for {_md(audit.get('algorithm', '-'))}: "
+            f"{'ok' if audit.get('ok') else 'MISSING ' + _md(', '.join(missing))}"
+        )
+    else:
+        lines.append("- audit: not recorded")
+    svc = report["service"]
+    lines += [
+        "",
+        "## Service",
+        "",
+        f"- profile {svc['profile']}, flags checked by {_md(svc['flag_check'])}",
+        f"- argv: `{_md(' '.join(svc['argv']))}`",
+    ]
+    lines.append(f"- health: /health {svc['health'].get('status', '-')} after {_fmt(svc['health'].get('elapsed'))} s")
+    if svc.get("security"):
+        lines.append(f"- hardening: {_md(svc['security'])}")
+    for warning in svc["flag_warnings"]:
+        lines.append(f"- flag warning: {_md(warning)}")
+    lines += ["", "## Optimisations in effect", ""]
+    for opt in report["optimisations"] or []:
+        lines.append(
+            f"- {opt['name']} ({opt['flag']}{' ' + _md(opt['value']) if opt['value'] else ''}): "
+            f"{'yes' if opt['in_effect'] else 'NO'} {_md(opt['note'])}".rstrip()
+        )
+    if not report["optimisations"]:
+        lines.append("- none requested by the flags")
+    return "\n".join(lines) + "\n"
+
+
+def write_report_dir(directory: str | os.PathLike[str], report: Mapping[str, Any], markdown: str, chart: bytes) -> list[str]:
+    """Write report.json, report.md and chart.png together: into a temporary sibling, then swapped in,
+    so a reader never sees a half-written report."""
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        (tmp / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / "report.md").write_text(markdown, encoding="utf-8")
+        (tmp / "chart.png").write_bytes(chart)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
+        os.chmod(tmp, 0o755)
+        old = target.with_name(f".{target.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [str(target / n) for n in ("report.json", "report.md", "chart.png")]
+
+
+def chart(history: Sequence[Mapping[str, Any]], host: str, last: int = 8) -> tuple[bytes, list[Any]]:
+    """PNG of output tok/s per release and profile over the host's last `last` benchmarked releases."""
+    try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.png_chart)
+        from ansible.module_utils.png_chart import bar_chart  # type: ignore[import-not-found]
+    except ImportError:  # plain Python: module_utils/ is on sys.path
+        from png_chart import bar_chart  # type: ignore[no-redef]
+
+    releases: list[str] = []
+    profiles: list[str] = []
+    for point in history:
+        if point["release"] not in releases:
+            releases.append(point["release"])
+        if point["profile"] not in profiles:
+            profiles.append(point["profile"])
+    releases = releases[-last:]
+    c1 = {(p["release"], p["profile"]): p.get("c1") for p in history if p["release"] in releases}
+    batch = {(p["release"], p["profile"]): p.get("batch") for p in history if p["release"] in releases}
+    return bar_chart(
+        f"SGLANG OUTPUT TOK/S - {host}",
+        releases,
+        profiles,
+        [("CONCURRENCY 1 (TOK/S)", c1), ("BATCH CONCURRENCY (TOK/S)", batch)],
+    )

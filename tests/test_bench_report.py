@@ -1,0 +1,445 @@
+"""Benchmark figures, verdict and gate, report and chart (module_utils/bench_report.py, png_chart.py),
+and the toolkit's client against the stand-in server on 127.0.0.1.
+
+tests/data/bench/standin-*.json are runs recorded by the toolkit's client against the stand-in
+server (TEST FIXTURE, no GPU): they pin the record format and real streamed timings, not a GPU result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench_client
+import pytest
+from bench_report import (
+    BenchError,
+    build_report,
+    chart,
+    effective_optimisations,
+    figure_lines,
+    from_bench_serving,
+    history_from_record,
+    load_run,
+    percentile,
+    record_entry,
+    render_markdown,
+    summarize,
+    verdict,
+    write_report_dir,
+)
+from png_chart import PALETTE, read_png
+from test_service_support import free_port
+
+from conftest import DATA, ROOT
+
+BENCH = DATA / "bench"
+SGLANG_0_5_9 = ROOT / ".cache/sglang/0.5.9/sglang"
+
+
+def run_of(requests: list[dict], duration: float = 2.0, profile: str = "eagle3", concurrency: int = 1, **extra) -> dict:
+    return {
+        "tool": "toolkit-client",
+        "profile": profile,
+        "concurrency": concurrency,
+        "output_len": 4,
+        "duration_s": duration,
+        "requests": requests,
+        **extra,
+    }
+
+
+def ok_request(ttft: float, itl: list[float], tokens: int) -> dict:
+    return {"ok": True, "ttft_s": ttft, "itl_s": itl, "latency_s": ttft + sum(itl), "output_tokens": tokens, "error": ""}
+
+
+def figures_for(c1_tok_s: dict[str, float]) -> dict:
+    """Clean figures per profile with a given concurrency-1 throughput (1 s runs)."""
+    out = {}
+    for profile, tok_s in c1_tok_s.items():
+        n = int(tok_s)
+        out[profile] = {"c1": summarize(run_of([ok_request(0.01, [0.001] * (n - 1), n)], duration=1.0, profile=profile))}
+    return out
+
+
+# ------------------------------------------------------------------ figures
+
+
+def test_summary_figures_follow_bench_serving_definitions() -> None:
+    run = run_of([ok_request(0.100, [0.010, 0.020, 0.030], 4), ok_request(0.300, [0.040, 0.050, 0.060], 4)], duration=2.0)
+    fig = summarize(run)
+    assert fig["ok"] and fig["problem"] == ""
+    assert fig["completed"] == 2 and fig["failed"] == 0
+    assert fig["output_tokens"] == 8 and fig["output_tok_s"] == 4.0 and fig["request_per_s"] == 1.0
+    assert fig["ttft_ms"] == {"mean": 200.0, "median": 200.0, "p99": 298.0}
+    assert fig["itl_ms"]["mean"] == 35.0 and fig["itl_ms"]["median"] == 35.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5 and percentile([], 50) is None
+
+
+def test_recorded_standin_runs_summarize_consistently() -> None:
+    c1 = summarize(load_run(BENCH / "standin-eagle3-c1.json", "eagle3", 32))
+    batch = summarize(load_run(BENCH / "standin-eagle3-batch.json", "eagle3", 32))
+    base = summarize(load_run(BENCH / "standin-baseline-c1.json", "baseline", 32))
+    for fig in (c1, batch, base):
+        assert fig["ok"], fig["problem"]
+        assert fig["completed"] == 8 and fig["output_tokens"] == 8 * 32
+        assert fig["output_tok_s"] == pytest.approx(fig["output_tokens"] / fig["duration_s"], rel=0.01)
+        assert 0 < fig["ttft_ms"]["median"] <= fig["ttft_ms"]["p99"]
+    assert c1["accept_length"] == 2.5 and c1["accept_source"] == "server_info"
+    assert base["accept_length"] is None
+    # More requests in flight: more tokens per second; speculation: more tokens per step at concurrency 1.
+    assert batch["output_tok_s"] > c1["output_tok_s"] > base["output_tok_s"]
+    assert c1["itl_ms"]["mean"] < base["itl_ms"]["mean"]
+
+
+def test_an_empty_run_is_not_ok_and_has_no_throughput() -> None:
+    fig = summarize(run_of([], duration=0.0))
+    assert not fig["ok"] and "no requests were run" in fig["problem"]
+    assert fig["output_tok_s"] is None and fig["request_per_s"] is None
+    assert fig["ttft_ms"] == {"mean": None, "median": None, "p99": None}
+    assert figure_lines({"eagle3": {"c1": fig}}) == [f"eagle3 concurrency 1: {fig['problem']}"]
+
+
+def test_a_failed_run_says_why() -> None:
+    failed = {
+        "ok": False,
+        "ttft_s": None,
+        "itl_s": [],
+        "latency_s": None,
+        "output_tokens": 0,
+        "error": "HTTP 503 Service Unavailable: loading",
+    }
+    fig = summarize(run_of([failed, failed]))
+    assert not fig["ok"] and fig["problem"].startswith("all 2 requests failed: HTTP 503")
+    assert fig["output_tok_s"] is None
+    partial = summarize(run_of([ok_request(0.1, [0.01], 2), failed]))
+    assert not partial["ok"] and partial["problem"].startswith("1 of 2 requests failed")
+    assert partial["output_tok_s"] == 1.0  # the completed request's tokens still count
+    crashed = summarize(run_of([], error="warm-up request failed: connection refused"))
+    assert not crashed["ok"] and "connection refused" in crashed["problem"]
+
+
+def test_a_run_record_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match="missing concurrency, requests"):
+        summarize({"tool": "toolkit-client", "profile": "x"})
+    with pytest.raises(BenchError, match="tool must be one of"):
+        summarize(run_of([]) | {"tool": "curl"})
+    with pytest.raises(BenchError, match=r"nope\.json: No such file"):
+        load_run(tmp_path / "nope.json", "eagle3", 4)
+    (tmp_path / "empty.json").write_text("")
+    with pytest.raises(BenchError, match="is empty"):
+        load_run(tmp_path / "empty.json", "eagle3", 4)
+    (tmp_path / "cut.json").write_text('{"tool": "toolkit-client", "requ')
+    with pytest.raises(BenchError, match="is not JSON"):
+        load_run(tmp_path / "cut.json", "eagle3", 4)
+
+
+def test_bench_serving_output_fields_exist_in_sglang_0_5_9() -> None:
+    """The fields from_bench_serving reads are the ones SGLang 0.5.9's bench_serving writes."""
+    source = (SGLANG_0_5_9 / "bench_serving.py").read_text()
+    for key in ("duration", "max_concurrency", "accept_length", "ttfts", "itls", "output_lens", "errors"):
+        assert re.search(rf'"{key}":', source), key
+    for flag in ("--output-details", "--output-file", "--max-concurrency", "--sharegpt-output-len", "--warmup-requests", "--disable-tqdm"):
+        assert f'"{flag}"' in source, flag
+
+
+def test_a_bench_serving_line_becomes_a_run(tmp_path: Path) -> None:
+    line = {
+        "duration": 4.0,
+        "max_concurrency": 8,
+        "accept_length": 2.2,
+        "ttfts": [0.2, 0.0],
+        "itls": [[0.01, 0.01, 0.02], []],
+        "output_lens": [4, 0],
+        "errors": ["", "Traceback ...\nClientConnectorError: refused"],
+    }
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps({"duration": 1}) + "\n" + json.dumps(line) + "\n")
+    run = load_run(path, "eagle3", 4)
+    assert run["tool"] == "bench_serving" and run["concurrency"] == 8
+    fig = summarize(run)
+    assert fig["completed"] == 1 and fig["failed"] == 1 and fig["output_tok_s"] == 1.0
+    assert fig["errors"] == ["ClientConnectorError: refused"] and fig["accept_length"] == 2.2
+    with pytest.raises(BenchError, match="--output-details"):
+        from_bench_serving({"duration": 1.0}, "eagle3", 4)
+
+
+# ------------------------------------------------------------------ verdict and gate
+
+
+def test_the_gate_passes_when_eagle3_is_faster() -> None:
+    v = verdict(figures_for({"baseline": 90, "eagle3": 120}), "baseline", "eagle3", "fail", 1.0)
+    assert v["status"] == "pass" and v["faster"] == "eagle3" and v["ratio"] == pytest.approx(1.3333, abs=1e-4)
+    assert "eagle3 is faster" in v["message"] and "33.3% faster" in v["message"]
+
+
+@pytest.mark.parametrize("gate", ["warn", "fail"])
+def test_the_gate_trips_when_eagle3_is_slower(gate: str) -> None:
+    # The numbers the user found by hand: EAGLE-3 at 54.1 tok/s against a 92.6 tok/s baseline.
+    figures = figures_for({"baseline": 92, "eagle3": 54})
+    v = verdict(figures, "baseline", "eagle3", gate, 1.0)
+    assert v["status"] == gate and v["faster"] == "baseline"
+    assert "slower" in v["message"] and f"gate {gate}" in v["message"]
+
+
+def test_the_threshold_moves_the_gate_and_off_never_trips() -> None:
+    figures = figures_for({"baseline": 100, "eagle3": 105})
+    assert verdict(figures, "baseline", "eagle3", "fail", 1.0)["status"] == "pass"
+    assert verdict(figures, "baseline", "eagle3", "fail", 1.1)["status"] == "fail"
+    assert verdict(figures, "baseline", "eagle3", "off", 1.1)["status"] == "off"
+
+
+def test_nothing_is_compared_without_both_clean_figures() -> None:
+    one = verdict(figures_for({"eagle3": 100}), "baseline", "eagle3", "fail", 1.0)
+    assert one["status"] == "not-compared" and "baseline not measured" in one["message"]
+    broken = figures_for({"baseline": 100}) | {"eagle3": {"c1": summarize(run_of([]))}}
+    v = verdict(broken, "baseline", "eagle3", "fail", 1.0)
+    assert v["status"] == "not-compared" and "no clean concurrency-1 figures for eagle3" in v["message"]
+    with pytest.raises(BenchError, match="sglang_benchmark_gate must be one of warn, fail, off, found 'block'"):
+        verdict({}, "baseline", "eagle3", "block", 1.0)
+    with pytest.raises(BenchError, match="sglang_benchmark_gate_threshold must be a number > 0, found 0"):
+        verdict({}, "baseline", "eagle3", "warn", 0)
+
+
+# ------------------------------------------------------------------ report and chart
+
+
+MANIFEST = {
+    "id": "0002-abcdef12",
+    "key": "abcdef12" * 8,
+    "state": "good",
+    "sglang": {"version": "0.5.9"},
+    "cuda": {"cuda_version": "13.0.1", "nvcc_build": "V13.0.88", "arch": "12.0"},
+    "artifacts": {
+        "sglang": {"package": "sglang", "key": "k" * 64, "wheels": [{"wheel": "sglang-0.5.9-py3-none-any.whl", "sha256": "s" * 64}]}
+    },
+    "patches": {
+        "state": "present",
+        "patches": {"kimi_k25_eagle3_delegation": "applied"},
+        "audit": {"ok": True, "model_class": "K", "algorithm": "EAGLE3"},
+    },
+    "service": {
+        "profile": "eagle3",
+        "argv": ["--speculative-algorithm", "EAGLE3", "--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion", "--tp-size", "8"],
+        "flag_warnings": ["--enable-flashinfer-allreduce-fusion is a no-op on SM120: gated to SM90/SM100"],
+        "runtime_findings": [{"meaning": "torch symmetric-memory all-reduce disabled at run time (NCCL is used instead)"}],
+        "health": {"status": 200, "elapsed": 5.5},
+    },
+}
+
+
+def test_optimisations_in_effect_account_for_no_op_flags_and_the_journal() -> None:
+    opts = {
+        o["flag"]: o
+        for o in effective_optimisations(
+            MANIFEST["service"]["argv"], MANIFEST["service"]["runtime_findings"], MANIFEST["service"]["flag_warnings"]
+        )
+    }
+    assert opts["--speculative-algorithm"]["in_effect"] and opts["--speculative-algorithm"]["value"] == "EAGLE3"
+    assert not opts["--enable-torch-symm-mem"]["in_effect"] and "NCCL" in opts["--enable-torch-symm-mem"]["note"]
+    assert not opts["--enable-flashinfer-allreduce-fusion"]["in_effect"]
+
+
+def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None:
+    figures = figures_for({"baseline": 90, "eagle3": 120})
+    v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
+    report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"num_prompts": 1, "output_len": 4, "client": "toolkit-client"})
+    assert report["release"] == "0002-abcdef12" and report["versions"]["sglang"] == "0.5.9" and report["versions"]["cuda"] == "13.0.1"
+    assert report["artifacts"]["sglang"]["wheels"][0]["sha256"] == "s" * 64
+    assert report["patches"]["patches"] == {"kimi_k25_eagle3_delegation": "applied"} and report["audit"]["ok"] is True
+    assert report["service"]["argv"][:2] == ["--speculative-algorithm", "EAGLE3"]
+    assert report["benchmark"]["verdict"]["status"] == "pass"
+    md = render_markdown(report)
+    assert "**pass**: eagle3 is faster" in md
+    assert re.search(r"\| eagle3 \| 1 \| 120\.0 \|", md) and re.search(r"\| baseline \| 1 \| 90\.0 \|", md)
+    assert "kimi_k25_eagle3_delegation: applied" in md and "sglang-0.5.9-py3-none-any.whl" in md
+    assert "torch symmetric-memory all-reduce (--enable-torch-symm-mem): NO" in md
+
+
+def test_the_report_dir_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "report"
+    report = {"release": "r1"}
+    files = write_report_dir(target, report, "# r1\n", b"png1")
+    assert [Path(f).name for f in files] == ["report.json", "report.md", "chart.png"]
+    assert json.loads((target / "report.json").read_text()) == report
+    with pytest.raises(TypeError):
+        write_report_dir(target, {"release": "r2"}, "# r2\n", "not bytes")  # type: ignore[arg-type]
+    assert (target / "report.md").read_text() == "# r1\n" and (target / "chart.png").read_bytes() == b"png1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary left behind
+
+
+def test_history_and_chart_bars_are_proportional_to_tok_s() -> None:
+    record = {"order": ["0001-aaaaaaaa", "0002-bbbbbbbb", "0003-cccccccc"], "releases": {}}
+    record["releases"]["0001-aaaaaaaa"] = {"benchmark": record_entry(figures_for({"baseline": 90, "eagle3": 54}), {"status": "warn"})}
+    record["releases"]["0002-bbbbbbbb"] = {}  # never benchmarked
+    record["releases"]["0003-cccccccc"] = {"benchmark": record_entry(figures_for({"baseline": 92, "eagle3": 120}), {"status": "pass"})}
+    history = history_from_record(record)
+    assert [(h["release"], h["profile"], h["c1"]) for h in history] == [
+        ("0001-aaaaaaaa", "baseline", 90.0),
+        ("0001-aaaaaaaa", "eagle3", 54.0),
+        ("0003-cccccccc", "baseline", 92.0),
+        ("0003-cccccccc", "eagle3", 120.0),
+    ]
+    png, bars = chart(history, "gpu-1")
+    width, height, pixels = read_png(png)
+    assert width == 960 and height > 400
+    c1 = {(b.group, b.series): b for b in bars if b.panel == 0}
+    assert len(c1) == 4 and not [b for b in bars if b.panel == 1]  # no batch figures recorded
+    heights = {k: b.y1 - b.y0 for k, b in c1.items()}
+    assert heights[("0003-cccccccc", "eagle3")] / heights[("0001-aaaaaaaa", "baseline")] == pytest.approx(120 / 90, rel=0.02)
+    for bar in c1.values():  # the pixels inside each bar are its series' colour
+        x, y = (bar.x0 + bar.x1) // 2, (bar.y0 + bar.y1) // 2
+        assert tuple(pixels[(y * width + x) * 3 : (y * width + x) * 3 + 3]) == bar.color
+    assert c1[("0001-aaaaaaaa", "baseline")].color == PALETTE[0] and c1[("0001-aaaaaaaa", "eagle3")].color == PALETTE[1]
+
+
+def test_a_host_without_figures_still_gets_a_chart() -> None:
+    png, bars = chart([], "gpu-1")
+    width, height, _ = read_png(png)
+    assert bars == [] and width == 960 and height > 100
+
+
+# ------------------------------------------------------------------ the client
+
+
+def test_the_shipped_prompt_set_is_deterministic_and_usable_by_bench_serving() -> None:
+    path = ROOT / "files/benchmark/prompts.json"
+    data = json.loads(path.read_text())
+    assert len(data) >= 16  # the role's default sglang_benchmark_num_prompts
+    for item in data:  # bench_serving drops conversations with fewer than 2 turns or tiny texts
+        turns = item["conversations"]
+        assert turns[0]["from"] == "human" and turns[1]["from"] == "gpt"
+        assert len(turns[0]["value"].split()) >= 4 and len(turns[1]["value"].split()) >= 2
+    assert bench_client.load_prompts(str(path), 3) == [d["conversations"][0]["value"] for d in data[:3]]
+
+
+def test_the_client_refuses_a_bad_prompt_file(tmp_path: Path) -> None:
+    with pytest.raises(bench_client.PromptError, match=r"missing\.json: No such file"):
+        bench_client.load_prompts(str(tmp_path / "missing.json"), 1)
+    (tmp_path / "few.json").write_text(
+        json.dumps([{"conversations": [{"from": "human", "value": "a b"}, {"from": "gpt", "value": "c d"}]}])
+    )
+    with pytest.raises(bench_client.PromptError, match="has 1 prompts, 2 requested"):
+        bench_client.load_prompts(str(tmp_path / "few.json"), 2)
+    (tmp_path / "flat.json").write_text(json.dumps(["just a prompt"]))
+    with pytest.raises(bench_client.PromptError, match="entry 0 needs conversations"):
+        bench_client.load_prompts(str(tmp_path / "flat.json"), 1)
+
+
+@pytest.fixture()
+def standin(request: pytest.FixtureRequest):
+    """The stand-in server (TEST FIXTURE) on a free 127.0.0.1 port; param: extra argv."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "SGLANG_STANDIN_LOAD_SECONDS": "0",
+        "SGLANG_STANDIN_TOKEN_MS": "2",
+        "PYTHONPATH": str(ROOT / "tests/fixtures/sglang-standin"),
+    }
+    argv = [sys.executable, "-m", "sglang_standin", "--host", "127.0.0.1", "--port", str(port), *getattr(request, "param", [])]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while bench_client._get(url, "/health", None) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("standin", [["--speculative-algorithm", "EAGLE3"]], indirect=True)
+def test_the_client_measures_a_streaming_server(standin: str, tmp_path: Path) -> None:
+    prompts = str(ROOT / "files/benchmark/prompts.json")
+    out, progress = tmp_path / "run.json", tmp_path / "progress.txt"
+    argv = ["--url", standin, "--prompts", prompts, "--num-prompts", "6", "--output-len", "10", "--concurrency", "3"]
+    assert bench_client.main([*argv, "--profile", "eagle3", "--out", str(out), "--progress", str(progress)]) == 0
+    fig = summarize(json.loads(out.read_text()))
+    assert fig["ok"] and fig["completed"] == 6 and fig["output_tokens"] == 60
+    assert fig["accept_length"] == 2.5 and fig["accept_source"] == "server_info"
+    # 10 tokens in steps of 2.5 on average: chunks of 2, 3, 2, 3; the first is TTFT, the 8 tokens after it get ITLs.
+    first = json.loads(out.read_text())["requests"][0]
+    assert len(first["itl_s"]) == 8 and first["ttft_s"] > 0
+    assert progress.read_text().splitlines()[-1].startswith("eagle3 concurrency 3: 6/6 requests")
+
+
+def test_the_client_reports_a_server_that_does_not_answer(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = bench_client.stream_one(url, "hello there", 4, None, 2.0)
+    assert not result["ok"] and "ConnectionRefusedError" in result["error"]
+    argv = ["--url", url, "--prompts", str(ROOT / "files/benchmark/prompts.json"), "--num-prompts", "1", "--output-len", "4"]
+    assert bench_client.main([*argv, "--concurrency", "1", "--profile", "x", "--out", str(tmp_path / "o.json")]) == 3
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_accept_length_falls_back_to_the_metrics_gauge(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"/get_server_info": '{"internal_states": [{}]}', "/metrics": 'sglang:spec_accept_length{model_name="k",tp_rank="0"} 3.0\n'}
+    monkeypatch.setattr(bench_client, "_get", lambda url, path, key, timeout=10.0: answers.get(path))
+    assert bench_client.accept_length("http://127.0.0.1:1", None) == (3.0, "metrics")
+    answers["/metrics"] = "sglang:spec_accept_length 0.0\n"
+    assert bench_client.accept_length("http://127.0.0.1:1", None) == (None, None)
+
+
+# ------------------------------------------------------------------ the module, through real Ansible
+
+
+def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path) -> None:
+    from releases import Releases
+    from test_modules import run_module
+
+    releases = Releases(tmp_path / "opt")
+    rid = releases.create("f" * 64, {})
+    releases.set_state(rid, "ready")
+    releases.update_manifest(rid, {k: v for k, v in MANIFEST.items() if k not in ("id", "key", "state")})
+    runs = [
+        {"profile": "baseline", "slot": "c1", "path": str(BENCH / "standin-baseline-c1.json")},
+        {"profile": "eagle3", "slot": "c1", "path": str(BENCH / "standin-eagle3-c1.json")},
+        {"profile": "eagle3", "slot": "batch", "path": str(BENCH / "standin-eagle3-batch.json")},
+    ]
+    args = {
+        "root": str(tmp_path / "opt"),
+        "release": rid,
+        "host": "gpu-1",
+        "output_len": 32,
+        "configured_profile": "eagle3",
+        "gate": "fail",
+    }
+
+    bad = run_module("sglang_report", args | {"runs": [*runs, {"profile": "eagle3", "slot": "c1", "path": str(tmp_path / "gone.json")}]})
+    assert bad.get("failed") and "gone.json" in bad["msg"]
+    assert not (releases.path(rid) / "report").exists()
+    assert "benchmark" not in json.loads((releases.path(rid) / "manifest.json").read_text())
+
+    result = run_module("sglang_report", args | {"runs": runs, "threshold": 1.5})
+    assert not result.get("failed"), result.get("msg")
+    assert result["verdict"]["status"] == "pass" and result["verdict"]["faster"] == "eagle3"
+    report = json.loads((releases.path(rid) / "report/report.json").read_text())
+    assert report["benchmark"]["profiles"]["eagle3"]["batch"]["concurrency"] == 4
+    assert read_png((releases.path(rid) / "report/chart.png").read_bytes())[0] == 960
+    manifest = json.loads((releases.path(rid) / "manifest.json").read_text())
+    assert manifest["benchmark"]["verdict"]["status"] == "pass"
+    entry = releases.load()["releases"][rid]["benchmark"]
+    assert entry["profiles"]["baseline"]["c1"] == report["benchmark"]["profiles"]["baseline"]["c1"]["output_tok_s"]
+
+    tripped = run_module("sglang_report", args | {"runs": runs, "threshold": 5.0})
+    assert tripped["verdict"]["status"] == "fail" and "below baseline x 5" in tripped["verdict"]["message"]
+
+
+def test_the_api_key_comes_from_the_secrets_file_never_the_command_line(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text('# managed\nHF_TOKEN="hf"\nSGLANG_API_KEY="k\\"ey\\\\1"\n')
+    assert bench_client.read_secret(str(secrets)) == 'k"ey\\1'
+    assert bench_client.read_secret(str(tmp_path / "absent.env")) is None
+    client = str(ROOT / "module_utils/bench_client.py")
+    probe = "import os, sys; print(os.environ.get('OPENAI_API_KEY')); print(' '.join(sys.argv[1:]))"
+    proc = subprocess.run(
+        [sys.executable, client, "--secrets-file", str(secrets), "--exec", "--", sys.executable, "-c", probe, "--port", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.splitlines() == ['k"ey\\1', "--port 1"]
