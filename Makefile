@@ -74,8 +74,9 @@ molecule: venv images wheelhouse fixtures sglang-wheels
 test: lint pytest molecule
 
 # Speed goals live here, not in timed unit tests.
-bench: venv sglang-wheels
+bench: venv images wheelhouse sglang-wheels
 	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py
+	$(VENV)/bin/python scripts/bench_converge.py
 
 clean: lab-down
 	rm -rf .cache/facts .cache/molecule

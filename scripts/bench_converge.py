@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Converge speed on the lab host (make bench): a first converge of a fresh host, the no-op
+converge (changed=0) through OpenSSH and through paramiko_ssh, and the time per role.
+
+Runs playbooks/site.yml against inventory/lab as `make deploy` does. The lab container is
+recreated first (scripts/lab.sh down/up), so the first converge starts from an empty host; the
+controller's caches (wheelhouse, SGLang wheels, facts aside) are kept, as they are for an operator.
+Each no-op converge runs twice per connection, alternating, and the mean is reported. Writes the
+figures to $SGLANG_TOOLKIT_CACHE/bench/converge.json too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+PLAYBOOK = ROOT / "playbooks/site.yml"
+INVENTORY = ROOT / "inventory/lab"
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+ROLE_LINE = re.compile(r"^(\S[^\n]*?)\s-{2,}\s+([0-9.]+)s$", re.M)
+
+
+def converge(label: str, connection: str | None = None) -> dict:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles"}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK)]
+    if connection == "ansible.builtin.paramiko_ssh":
+        # paramiko reads ~/.ssh/known_hosts only: a HOME whose known_hosts holds the lab's key.
+        home = CACHE / "bench" / "paramiko-home"
+        (home / ".ssh").mkdir(parents=True, exist_ok=True)
+        shutil.copy(CACHE / "lab-ssh" / "known_hosts", home / ".ssh" / "known_hosts")
+        env["HOME"] = str(home)
+    if connection:
+        argv += ["-e", f"sglang_lab_connection={connection}"]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    recap = {
+        m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+        for m in RECAP.finditer(proc.stdout)
+    }
+    if proc.returncode != 0 or not recap:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
+        raise SystemExit(f"bench: the {label} converge failed (exit {proc.returncode})")
+    roles_part = proc.stdout.split("ROLES RECAP", 1)[-1]
+    roles = {name.strip(): float(sec) for name, sec in ROLE_LINE.findall(roles_part) if name.strip() != "total"}
+    changed = sum(host["changed"] for host in recap.values())
+    print(f"  {label}: {wall:.1f} s, changed={changed}", flush=True)
+    return {"label": label, "wall_s": round(wall, 2), "changed": changed, "recap": recap, "roles": roles}
+
+
+def main() -> int:
+    print("bench: recreating the lab host (scripts/lab.sh down/up)", flush=True)
+    subprocess.run([str(ROOT / "scripts/lab.sh"), "down"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(ROOT / "scripts/lab.sh"), "up"], check=True)
+    first = converge("first converge, OpenSSH")
+    runs: dict[str, list[dict]] = {"ansible.builtin.ssh": [], "ansible.builtin.paramiko_ssh": []}
+    for _ in range(2):
+        for connection in runs:
+            runs[connection].append(converge(f"no-op converge, {connection.split('.')[-1]}", connection))
+    for connection, results in runs.items():
+        dirty = [r for r in results if r["changed"]]
+        if dirty:
+            raise SystemExit(f"bench: a no-op converge through {connection} reported changed={dirty[0]['changed']}: not idempotent")
+    ssh = sum(r["wall_s"] for r in runs["ansible.builtin.ssh"]) / 2
+    paramiko = sum(r["wall_s"] for r in runs["ansible.builtin.paramiko_ssh"]) / 2
+    roles: dict[str, float] = {}
+    for r in runs["ansible.builtin.ssh"]:
+        for name, sec in r["roles"].items():
+            roles[name] = roles.get(name, 0.0) + sec / 2
+    figures = {
+        "first_converge_s": first["wall_s"],
+        "first_converge_changed": first["changed"],
+        "noop_ssh_s": round(ssh, 2),
+        "noop_paramiko_s": round(paramiko, 2),
+        "noop_over_first": round(ssh / first["wall_s"], 3),
+        "paramiko_over_ssh": round(paramiko / ssh, 3),
+        "noop_roles_ssh_s": {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda kv: -kv[1])},
+        "runs": [first, *runs["ansible.builtin.ssh"], *runs["ansible.builtin.paramiko_ssh"]],
+    }
+    out = CACHE / "bench" / "converge.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print()
+    print("converge of playbooks/site.yml on the lab host (deploy@127.0.0.1 with sudo)")
+    print(f"  first converge (fresh host), OpenSSH      {first['wall_s']:7.1f} s   changed={first['changed']}")
+    print(f"  no-op converge, OpenSSH (mean of 2)       {ssh:7.1f} s   changed=0")
+    print(f"  no-op converge, paramiko_ssh (mean of 2)  {paramiko:7.1f} s   changed=0")
+    print(f"  ratio no-op / first                       {ssh / first['wall_s']:7.2f}")
+    print(f"  ratio paramiko_ssh / OpenSSH (no-op)      {paramiko / ssh:7.2f}")
+    print("  time per role, no-op converge over OpenSSH (profile_roles, mean of 2):")
+    for name, sec in figures["noop_roles_ssh_s"].items():
+        print(f"    {name:<40} {sec:6.2f} s")
+    print(f"(figures in {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
