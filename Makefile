@@ -16,12 +16,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse sglang-wheels fixtures lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, pytest and every molecule scenario ($(SCENARIOS))"
-	@echo "steps: venv docker images wheelhouse fixtures lab lab-down lint pytest molecule clean"
+	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt
 	scripts/venv.sh $(VENV) $(PYTHON)
@@ -40,6 +40,10 @@ wheelhouse: venv
 sglang-wheels: venv
 	scripts/sglang-wheels.sh
 
+# SGLang's real dependencies on a CPU (torch, transformers, ...) for tests and the lab host.
+sglang-runtime: sglang-wheels
+	scripts/sglang-runtime.sh
+
 fixtures: wheelhouse
 	$(VENV)/bin/python tests/fixtures/build-cuda-apt-repo.py
 
@@ -50,7 +54,7 @@ lab-down:
 	scripts/lab.sh down
 
 ifeq ($(INVENTORY),inventory/lab)
-deploy: venv lab sglang-wheels
+deploy: venv lab sglang-wheels sglang-runtime
 else
 deploy: venv
 endif
@@ -65,10 +69,10 @@ lint: venv
 	ruff check .
 	ruff format --check .
 
-pytest: venv wheelhouse sglang-wheels
+pytest: venv wheelhouse sglang-wheels sglang-runtime
 	pytest tests
 
-molecule: venv images wheelhouse fixtures sglang-wheels
+molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
 	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
 
 test: lint pytest molecule

@@ -39,3 +39,25 @@ def cuobjdump() -> Path:
     if not tool.exists():
         pytest.fail(f"no cuobjdump at {tool}: run `make wheelhouse` first")
     return tool
+
+
+CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+
+
+@pytest.fixture(scope="session")
+def sglang_runtime_python() -> Path:
+    """The Python of the real SGLang 0.5.9 runtime environment (`make sglang-runtime`): SGLang's own
+    dependencies on a CPU. Put an SGLang tree first on PYTHONPATH to import that tree's code."""
+    python = CACHE / "sglang-runtime" / "0.5.9" / "venv" / "bin" / "python"
+    if not (CACHE / "sglang-runtime" / "0.5.9" / ".stamp").exists():
+        pytest.fail(f"no SGLang runtime environment at {python.parent.parent}: run `make sglang-runtime` first")
+    return python
+
+
+@pytest.fixture(scope="session")
+def sglang_tree() -> Path:
+    """The pristine, unpacked real SGLang 0.5.9 wheel (`make sglang-wheels`)."""
+    tree = CACHE / "sglang" / "0.5.9"
+    if not (tree / "sglang").is_dir():
+        pytest.fail(f"no unpacked SGLang 0.5.9 at {tree}: run `make sglang-wheels` first")
+    return tree
