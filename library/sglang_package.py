@@ -11,11 +11,28 @@ description:
     its C(version.py) (cross-checked with pip's dist-info). Never imports sglang or torch.
   - Fails, naming the path, when the directory is not a virtualenv or holds no or several sglang
     packages.
+  - With O(pristine_of), also returns the pristine bytes of those patch targets, so the controller
+    can lint the rendered patches against them (M(sglang_patch_render) O(pristine)) before the
+    host changes anything.
 options:
   venv:
     description: The virtualenv directory (the one holding C(pyvenv.cfg)).
     type: path
     required: true
+  pristine_of:
+    description:
+      - Patch targets (relative to C(sglang/)) whose pristine bytes to return. A target counts
+        when its sha256 is a pristine one of O(manifest), else the copy kept in the state
+        directory is returned when the file is the recorded patched result; others are left out.
+    type: list
+    elements: str
+    default: []
+  manifest:
+    description: The parsed C(files/patches/manifest.yml); needed with O(pristine_of).
+    type: dict
+  state_dir:
+    description: The patch state directory (default C(<sglang_dir>/../.sglang-patches)).
+    type: path
 author: sglang-sm120 toolkit
 """
 
@@ -31,19 +48,42 @@ package:
   description: venv, python_version, site_packages, sglang_dir, version, dist_info_version.
   type: dict
   returned: success
+pristine:
+  description: Per target of O(pristine_of), its pristine C(sha256), C(source) path and C(content_base64).
+  type: dict
+  returned: success
 """
 
+import base64
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_patches import SglangPatchError, find_sglang
+from ansible.module_utils.sglang_patches import SglangPatchError, find_sglang, load_manifest, pristine_sources
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=dict(venv=dict(type="path", required=True)), supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv=dict(type="path", required=True),
+            pristine_of=dict(type="list", elements="str", default=[]),
+            manifest=dict(type="dict"),
+            state_dir=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    pristine = {}
     try:
-        package = find_sglang(module.params["venv"])
+        package = find_sglang(p["venv"])
+        if p["pristine_of"]:
+            if not p["manifest"]:
+                module.fail_json(msg="pristine_of needs the manifest")
+            manifest = load_manifest(p["manifest"], rendered={})
+            for target, found in pristine_sources(manifest, package.sglang_dir, p["state_dir"], p["pristine_of"]).items():
+                content = base64.b64encode(found.pop("content")).decode("ascii")
+                pristine[target] = dict(found, content_base64=content)
     except SglangPatchError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, package=package.to_dict())
+    module.exit_json(changed=False, package=package.to_dict(), pristine=pristine)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ description:
   - Every target's sha256 is checked against the manifest before anything is written; the whole
     selection is applied in memory first, so one failing patch changes no file.
   - Idempotent from the recorded state and hashes; drift and unknown SGLang versions are refused.
+  - When pyflakes is installed in the interpreter that runs this module, a patch that adds a pyflakes
+    message to its target (undefined name, ...) is refused too; the role lints on the controller
+    first (M(sglang_patch_render) with O(sglang_patch_render#module:pristine)).
   - Templates are either rendered on the controller (O(rendered), what the role does) or here from
     O(template_dir), which needs jinja2 in the interpreter that runs this module.
 options:

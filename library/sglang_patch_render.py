@@ -8,8 +8,12 @@ module: sglang_patch_render
 short_description: Render the SGLang patch templates for sglang_patch
 description:
   - Renders the selected C(files/patches/*.diff.j2) with their variables, strictly (an undefined
-    variable fails). Meant to run on the controller (C(delegate_to: localhost)), whose Python has
+    variable fails). Meant to run on the controller (delegated to localhost), whose Python has
     jinja2, so the GPU host needs none. Changes nothing.
+  - With O(pristine), applies each rendered diff in memory to the target's pristine bytes and runs
+    pyflakes on the result and on the pristine file (module_utils/patch_lint.py); fails, naming the
+    patch, the file and the line, when the patch adds a message such as an undefined name. Needs
+    pyflakes in the controller's Python (requirements.txt).
 options:
   manifest:
     description: The parsed C(files/patches/manifest.yml).
@@ -27,6 +31,11 @@ options:
     description: Template variables, overriding the manifest's defaults.
     type: dict
     default: {}
+  pristine:
+    description:
+      - The targets' pristine bytes, as returned by M(sglang_package) with its C(pristine_of) option
+        (per target a dict with C(content_base64)). Targets left out are not linted.
+    type: dict
 author: sglang-sm120 toolkit
 """
 
@@ -38,6 +47,13 @@ EXAMPLES = r"""
   delegate_to: localhost
   become: false
   register: sglang_patches_render
+
+- name: Render and lint against the host's pristine files
+  sglang_patch_render:
+    manifest: "{{ lookup('ansible.builtin.file', 'files/patches/manifest.yml') | from_yaml }}"
+    template_dir: files/patches
+    pristine: "{{ sglang_pkg.pristine }}"
+  delegate_to: localhost
 """
 
 RETURN = r"""
@@ -45,10 +61,17 @@ rendered:
   description: Per patch id, the resolved C(values) and the rendered diff C(text).
   type: dict
   returned: success
+linted:
+  description: Ids of the patches whose result was linted against O(pristine).
+  type: list
+  returned: success
 """
 
+import base64
+import binascii
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_patches import SglangPatchError, load_manifest, render_selected
+from ansible.module_utils.sglang_patches import SglangPatchError, load_manifest, prove_rendered, render_selected
 
 
 def main() -> None:
@@ -58,15 +81,22 @@ def main() -> None:
             template_dir=dict(type="path", required=True),
             only=dict(type="list", elements="str"),
             values=dict(type="dict", default={}),
+            pristine=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    linted = []
     try:
         rendered = render_selected(load_manifest(p["manifest"], p["template_dir"]), p["only"], p["values"])
+        if p["pristine"]:
+            originals = {target: base64.b64decode(entry["content_base64"], validate=True) for target, entry in p["pristine"].items()}
+            linted = prove_rendered(load_manifest(p["manifest"], rendered=rendered), originals, p["only"], p["values"])
+    except (KeyError, TypeError, binascii.Error) as exc:
+        module.fail_json(msg=f"pristine: expected per target a mapping with content_base64: {exc!r}")
     except SglangPatchError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, rendered=rendered)
+    module.exit_json(changed=False, rendered=rendered, linted=linted)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ Rules, in the order they are checked for each selected patch:
 Hunks are applied by this module's own unified-diff applier: no fuzz and NO offset. Every hunk must
 match, context and removed lines byte for byte, at exactly the line its header states (the pristine
 hash has been checked, so a moved hunk can only mean a wrong template). The whole selection is
-rendered, applied in memory and compiled before anything is written; one failure changes no file.
+rendered, applied in memory, compiled and linted before anything is written; one failure changes no
+file. The lint (module_utils/patch_lint.py) runs pyflakes on the pristine and the patched source and
+refuses a patch that adds a message (an undefined name compiles but raises NameError on import);
+pyflakes is imported only then, so hosts without it skip the lint unless it is required (the
+Ansible role lints on the controller with prove_rendered() before the host applies anything).
 
 State lives in `state_dir` (default `<sglang_dir>/../.sglang-patches`, i.e. next to the package in
 site-packages, so it moves and disappears with the virtualenv):
@@ -39,6 +43,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.patch_lint)
+    from ansible.module_utils.patch_lint import LintUnavailable, new_problems  # type: ignore[import-not-found]
+except ImportError:  # plain Python: module_utils/ is on sys.path
+    from patch_lint import LintUnavailable, new_problems  # type: ignore[no-redef]
 
 STATE_SCHEMA = 1
 STATE_FILE = "state.json"
@@ -73,6 +82,10 @@ class HunkError(SglangPatchError):
 
 class StateError(SglangPatchError):
     """The state directory is inconsistent with the request or the files."""
+
+
+class LintError(SglangPatchError):
+    """A rendered patch adds a pyflakes message (undefined name, syntax error, ...) to its target."""
 
 
 @dataclass(frozen=True)
@@ -623,8 +636,13 @@ def apply(
     only: Optional[Iterable[str]] = None,
     values: Optional[Mapping[str, Any]] = None,
     check: bool = False,
+    lint: Optional[bool] = None,
 ) -> list[PatchResult]:
-    """Apply the default-on patches (or `only`), all or nothing. With check=True nothing is written."""
+    """Apply the default-on patches (or `only`), all or nothing. With check=True nothing is written.
+
+    lint: True requires pyflakes and refuses a patch that adds a message; None lints when pyflakes
+    is installed; False does not lint.
+    """
     pkg = Path(sglang_dir)
     states = Path(state_dir) if state_dir else default_state_dir(pkg)
     state = read_state(states)
@@ -633,7 +651,7 @@ def apply(
     results: list[PatchResult] = []
     for spec in _select(manifest, only):
         chosen = _values_for(manifest, spec, values or {})
-        result, new = _plan_one(manifest, spec, pkg, version, state["patches"].get(spec.id), chosen)
+        result, new = _plan_one(manifest, spec, pkg, version, state["patches"].get(spec.id), chosen, lint)
         results.append(result)
         if new is not None:
             planned.append((spec, _read_target(pkg, spec) or b"", new))
@@ -671,6 +689,7 @@ def _plan_one(
     version: str,
     entry: Optional[Mapping[str, Any]],
     chosen: dict[str, Any],
+    lint: Optional[bool] = None,
 ) -> tuple[PatchResult, Optional[bytes]]:
     data = _read_target(pkg, spec)
     result = PatchResult(id=spec.id, target=spec.target, status="", values=chosen)
@@ -699,7 +718,7 @@ def _plan_one(
         raise DriftError(
             f"patch {spec.id}: {pkg / spec.target} has drifted: expected sha256 {' or '.join(expected)}, found {found}; nothing changed"
         )
-    new = _patched_bytes(manifest, spec, data, chosen)
+    new = patched_source(manifest, spec, data, chosen, lint)
     result.status = "would-apply"
     result.changed = True
     result.before_sha256 = found
@@ -708,7 +727,8 @@ def _plan_one(
     return result, new
 
 
-def _patched_bytes(manifest: Manifest, spec: PatchSpec, data: bytes, chosen: Mapping[str, Any]) -> bytes:
+def patched_source(manifest: Manifest, spec: PatchSpec, data: bytes, chosen: Mapping[str, Any], lint: Optional[bool] = None) -> bytes:
+    """The target's bytes with the rendered patch applied in memory, compiled and (see apply) linted."""
     rendered = render_patch(manifest, spec, chosen)
     try:
         diff = parse_unified_diff(rendered)
@@ -721,7 +741,81 @@ def _patched_bytes(manifest: Manifest, spec: PatchSpec, data: bytes, chosen: Map
         compile(new, spec.target, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise HunkError(f"patch {spec.id}: patched {spec.target} does not compile: {exc}; nothing changed") from exc
+    if lint is not False:
+        lint_patch(spec, data, new, required=bool(lint))
     return new
+
+
+def lint_patch(spec: PatchSpec, pristine: bytes, patched: bytes, required: bool = True) -> None:
+    """Raise LintError naming the patch, the file and each line where the patch adds a pyflakes message."""
+    try:
+        added = new_problems(pristine, patched, spec.target)
+    except LintUnavailable as exc:
+        if required:
+            raise SglangPatchError(f"patch {spec.id}: cannot lint {spec.target}: {exc}; install requirements.txt") from exc
+        return
+    if added:
+        found = "; ".join(dict.fromkeys(f"{spec.target}:{m.line}: {m.text} ({m.kind})" for m in added))
+        raise LintError(f"patch {spec.id}: the patched file has problems the pristine one has not: {found}; nothing changed")
+
+
+def prove_rendered(
+    manifest: Manifest,
+    originals: Mapping[str, bytes],
+    only: Optional[Iterable[str]] = None,
+    values: Optional[Mapping[str, Any]] = None,
+) -> list[str]:
+    """Apply the selected patches in memory to the given pristine sources ({target: bytes}) and lint them.
+
+    What the controller runs before the host applies anything. A target that is missing from
+    `originals` (the host found it drifted or of another version; the apply refuses it there) or
+    already has the fix upstream is skipped. Returns the ids that were checked; raises like apply().
+    """
+    checked = []
+    for spec in _select(manifest, only):
+        data = originals.get(spec.target)
+        if data is None or fixed_upstream(spec, data):
+            continue
+        patched_source(manifest, spec, data, _values_for(manifest, spec, values or {}), lint=True)
+        checked.append(spec.id)
+    return checked
+
+
+def pristine_sources(
+    manifest: Manifest,
+    sglang_dir: str | os.PathLike[str],
+    state_dir: str | os.PathLike[str] | None = None,
+    targets: Optional[Iterable[str]] = None,
+) -> dict[str, dict[str, Any]]:
+    """The pristine bytes of the targets (default: every manifest target), for linting elsewhere.
+
+    Per target: the file itself when its sha256 is one of the manifest's pristine hashes, else the
+    copy recorded in the state when the file is the recorded patched result. Targets that are
+    neither (missing, drifted, unknown version) are left out. {target: {sha256, source, content}}.
+    """
+    pkg = Path(sglang_dir)
+    states = Path(state_dir) if state_dir else default_state_dir(pkg)
+    state = read_state(states)
+    by_target = {spec.target: spec for spec in manifest.patches}
+    out: dict[str, dict[str, Any]] = {}
+    for target in dict.fromkeys(targets if targets is not None else by_target):
+        spec = by_target.get(target)
+        if spec is None:
+            raise UsageError(f"{target} is not the target of any patch in the manifest")
+        data = _read_target(pkg, spec)
+        if data is None:
+            continue
+        found = sha256_bytes(data)
+        if found in spec.versions.values():
+            out[target] = {"sha256": found, "source": str(pkg / target), "content": data}
+            continue
+        entry = state["patches"].get(spec.id)
+        if entry and entry.get("after_sha256") == found:
+            blob = states / PRISTINE_DIR / str(entry.get("before_sha256"))
+            pristine = blob.read_bytes() if blob.is_file() else b""
+            if sha256_bytes(pristine) == entry.get("before_sha256"):
+                out[target] = {"sha256": entry["before_sha256"], "source": str(blob), "content": pristine}
+    return out
 
 
 def revert(

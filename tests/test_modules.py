@@ -232,3 +232,53 @@ def test_audit_module_can_report_without_failing(tmp_path):
     sglang = sglang_tree(tmp_path)
     result = run_module("sglang_audit", {"sglang": str(sglang), "model_class": "KimiK25ForConditionalGeneration", "fail_on_missing": False})
     assert not result.get("failed") and result["audit"]["ok"] is False
+
+
+def test_render_module_lints_against_the_pristine_files_from_the_host(tmp_path):
+    """The role's path: sglang_package returns the pristine bytes, sglang_patch_render lints the diffs."""
+    import base64
+
+    venv = tmp_path / "venv"
+    site = venv / "lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    shutil.move(str(sglang_tree(tmp_path)), site / "sglang")
+    args = patch_args(site / "sglang")
+    targets = [p["target"] for p in args["manifest"]["patches"]]
+    found = run_module("sglang_package", {"venv": str(venv), "manifest": args["manifest"], "pristine_of": targets})
+    assert sorted(found["pristine"]) == sorted(targets), found.get("msg")
+    symm = "srt/distributed/device_communicators/torch_symm_mem.py"
+    assert base64.b64decode(found["pristine"][symm]["content_base64"]) == (site / "sglang" / symm).read_bytes()
+
+    good = run_module(
+        "sglang_patch_render", {"manifest": args["manifest"], "template_dir": args["template_dir"], "pristine": found["pristine"]}
+    )
+    assert not good.get("failed") and good["linted"] == ["kimi_k25_eagle3_delegation", "torch_symm_mem_sm120"], good.get("msg")
+
+    old = tmp_path / "old-templates"
+    shutil.copytree(ROOT / "files/patches", old)
+    shutil.copy2(DATA / "patches/torch_symm_mem_sm120.old-mib.diff.j2", old / "torch_symm_mem_sm120.diff.j2")
+    bad = run_module("sglang_patch_render", {"manifest": args["manifest"], "template_dir": str(old), "pristine": found["pristine"]})
+    assert (
+        bad["failed"]
+        and f"patch torch_symm_mem_sm120: the patched file has problems the pristine one has not: {symm}:32: undefined name 'MiB'"
+        in bad["msg"]
+    )
+
+
+def test_import_check_module_reports_the_traceback_tail(tmp_path):
+    pkg = tmp_path / "sglang" / "srt" / "models"
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
+        (init / "__init__.py").write_text("")
+    (pkg / "good.py").write_text("VALUE = 1\n")
+    (pkg / "bad.py").write_text("import os\n\nSIZE = 64 * MiB\n")
+    args = {"python": sys.executable, "environment": {"PYTHONPATH": str(tmp_path)}}
+    ok = run_module("sglang_import_check", {**args, "targets": ["srt/models/good.py"]})
+    assert not ok.get("failed") and ok["imports"] == [{"module": "sglang.srt.models.good", "ok": True, "error": "", "traceback": ""}]
+    failed = run_module("sglang_import_check", {**args, "targets": ["srt/models/good.py", "srt/models/bad.py"]})
+    assert failed["failed"] and [i["ok"] for i in failed["imports"]] == [True, False]
+    first, *trace = failed["msg"].splitlines()
+    assert first == f"sglang.srt.models.bad does not import with {sys.executable}: NameError: name 'MiB' is not defined"
+    assert 0 < len(trace) <= 15 and trace[-1] == "NameError: name 'MiB' is not defined"
+    assert f'File "{pkg / "bad.py"}", line 3, in <module>' in failed["msg"]

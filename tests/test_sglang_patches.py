@@ -20,9 +20,11 @@ from conftest import ROOT
 from sglang_patches import (
     DriftError,
     HunkError,
+    LintError,
     Manifest,
     ManifestError,
     SglangPackageError,
+    SglangPatchError,
     StateError,
     UnsupportedVersionError,
     UsageError,
@@ -32,6 +34,8 @@ from sglang_patches import (
     find_sglang,
     load_manifest,
     parse_unified_diff,
+    pristine_sources,
+    prove_rendered,
     render_selected,
     revert,
     sglang_version,
@@ -40,6 +44,7 @@ from sglang_patches import (
 )
 
 PATCHES = ROOT / "files" / "patches"
+OLD_SYMM_TEMPLATE = ROOT / "tests" / "data" / "patches" / "torch_symm_mem_sm120.old-mib.diff.j2"
 CLI = ROOT / "bin" / "sglang-patch"
 KIMI = "srt/models/kimi_k25.py"
 SYMM = "srt/distributed/device_communicators/torch_symm_mem.py"
@@ -306,9 +311,7 @@ def symm_tables(source: str) -> tuple[dict[int, dict[int, int]], dict[int, list[
     """Evaluate the patched module-level size table and the class's multimem table from the source."""
     tree = ast.parse(source)
     sizes_node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_ALL_REDUCE_MAX_SIZES")
-    sizes = eval(
-        compile(ast.Expression(sizes_node.value), SYMM, "eval"), {"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES": {9: {}, 10: {}}, "MiB": 1 << 20}
-    )
+    sizes = eval(compile(ast.Expression(sizes_node.value), SYMM, "eval"), {"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES": {9: {}, 10: {}}})
     cls = patched_class(source, "TorchSymmMemCommunicator")
     multimem_node = next(n for n in cls.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_WORLD_SIZES_MULTIMEM")
     return sizes, ast.literal_eval(multimem_node.value)
@@ -341,7 +344,110 @@ def test_symm_mem_set_overrides(sg9: Path) -> None:
     py_compile.compile(str(sg9 / SYMM), doraise=True)
 
 
+# ---------------------------------------------------------------- lint: patches proven, not only applied
+
+
+def old_templates(tmp_path: Path) -> Path:
+    """files/patches with the torch_symm_mem template as it was before issue 12 (`64 * MiB`)."""
+    templates = tmp_path / "old-templates"
+    shutil.copytree(PATCHES, templates)
+    shutil.copy2(OLD_SYMM_TEMPLATE, templates / "torch_symm_mem_sm120.diff.j2")
+    return templates
+
+
+def test_shipped_patches_add_no_pyflakes_message(manifest: Manifest, sg9: Path) -> None:
+    results = apply(manifest, sg9, only=ALL_IDS, lint=True)
+    assert [r.status for r in results] == ["applied"] * 3
+
+
+def test_lint_refusal_names_patch_file_and_line_and_changes_nothing(manifest_data: dict[str, Any], sg9: Path, tmp_path: Path) -> None:
+    old = load_manifest(manifest_data, old_templates(tmp_path))
+    before = snapshot(sg9)
+    with pytest.raises(LintError) as err:
+        apply(old, sg9)  # lint=None: pyflakes is installed here, so it lints
+    assert str(err.value) == (
+        "patch torch_symm_mem_sm120: the patched file has problems the pristine one has not: "
+        f"{SYMM}:32: undefined name 'MiB' (UndefinedName); nothing changed"
+    )
+    with pytest.raises(LintError):
+        apply(old, sg9, check=True)
+    assert snapshot(sg9) == before and state_files(sg9) == {}
+    # Without the lint the old template applies: it compiles, which is why it went unnoticed.
+    assert [r.status for r in apply(old, sg9, lint=False)] == ["applied", "applied"]
+    py_compile.compile(str(sg9 / SYMM), doraise=True)
+
+
+def test_lint_without_pyflakes(manifest_data: dict[str, Any], sg9: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without pyflakes the engine skips the lint unless it is required."""
+    import patch_lint
+
+    import sglang_patches
+
+    def missing(*_args: Any) -> list[Any]:
+        raise patch_lint.LintUnavailable("No module named 'pyflakes'")
+
+    monkeypatch.setattr(sglang_patches, "new_problems", missing)
+    old = load_manifest(manifest_data, old_templates(tmp_path))
+    expected = "patch kimi_k25_eagle3_delegation: cannot lint srt/models/kimi_k25.py: No module named 'pyflakes'"
+    with pytest.raises(SglangPatchError, match=re.escape(expected)):
+        apply(old, sg9, lint=True)
+    assert state_files(sg9) == {}
+    assert [r.status for r in apply(old, sg9, lint=None)] == ["applied", "applied"]
+
+
+def test_lint_compares_messages_not_lines() -> None:
+    from patch_lint import lint, new_problems
+
+    pristine = b"import os\n\nx = undefined_upstream\n"
+    # Upstream's own warnings, moved down by the patch, are not new.
+    moved = b"import os\n\n# a comment\n\nx = undefined_upstream\n"
+    assert [m.kind for m in lint(pristine, "f.py")] == ["UnusedImport", "UndefinedName"]
+    assert new_problems(pristine, moved, "f.py") == []
+    # A second occurrence of an existing message is new, reported at the changed line.
+    again = b"import os\n\nx = undefined_upstream\ny = undefined_upstream\n"
+    assert [(m.line, m.text) for m in new_problems(pristine, again, "f.py")] == [(4, "undefined name 'undefined_upstream'")]
+    broken = b"import os\n\nx = (\n"
+    assert [m.kind for m in new_problems(pristine, broken, "f.py")] == ["SyntaxError"]
+
+
+def test_controller_lints_against_the_hosts_pristine_files(
+    manifest_data: dict[str, Any], manifest: Manifest, sg9: Path, tmp_path: Path
+) -> None:
+    """What the role does: the host returns the pristine bytes, the controller lints the rendered diffs."""
+    originals = pristine_sources(manifest, sg9)
+    assert sorted(originals) == sorted(TARGETS)
+    assert {t: (e["sha256"], e["source"]) for t, e in originals.items()} == {
+        t: (sha256_bytes((sg9 / t).read_bytes()), str(sg9 / t)) for t in TARGETS
+    }
+    sources = {t: e["content"] for t, e in originals.items()}
+    assert prove_rendered(load_manifest(manifest_data, rendered=render_selected(manifest)), sources) == ALL_IDS[:2]
+    old = load_manifest(manifest_data, old_templates(tmp_path))
+    with pytest.raises(LintError, match=f"patch torch_symm_mem_sm120: .*{re.escape(SYMM)}:32: undefined name 'MiB'"):
+        prove_rendered(load_manifest(manifest_data, rendered=render_selected(old)), sources)
+
+    # Once applied, the pristine bytes come from the state's copy; a drifted file is left out.
+    apply(manifest, sg9)
+    after = pristine_sources(manifest, sg9)
+    assert after[KIMI]["content"] == sources[KIMI] and after[KIMI]["source"].startswith(str(default_state_dir(sg9)))
+    (sg9 / SYMM).write_bytes(b"# drifted\n")
+    assert SYMM not in pristine_sources(manifest, sg9, targets=[SYMM])
+    with pytest.raises(UsageError, match="not the target of any patch"):
+        pristine_sources(manifest, sg9, targets=["srt/nope.py"])
+
+
 # ---------------------------------------------------------------- CLI
+
+
+def test_cli_refuses_the_old_mib_template(sg9: Path, tmp_path: Path) -> None:
+    templates = old_templates(tmp_path)
+    before = snapshot(sg9)
+    refused = run_cli("apply", "--sglang", str(sg9), "--manifest", str(templates / "manifest.yml"))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert (
+        f"patch torch_symm_mem_sm120: the patched file has problems the pristine one has not: {SYMM}:32: undefined name 'MiB'"
+        in refused.stderr
+    )
+    assert snapshot(sg9) == before and state_files(sg9) == {}
 
 
 def test_cli_exit_codes(sg9: Path, tmp_path: Path) -> None:

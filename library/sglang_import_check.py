@@ -1,0 +1,83 @@
+#!/usr/bin/python
+"""Ansible module: import the patched SGLang modules with a release's own Python."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_import_check
+short_description: Import patched SGLang modules with the release's Python
+description:
+  - Thin wrapper around module_utils/import_check.py. Runs O(python) once and imports every module
+    with C(importlib.import_module), reporting each; a patch that compiles but raises at import
+    (for instance C(NameError)) fails here, before the release can be marked ready.
+  - Fails naming each module that does not import, its error and the last 15 lines of its
+    traceback. Changes nothing (no bytecode is written).
+options:
+  python:
+    description: The release's interpreter, e.g. C(<venv>/bin/python).
+    type: path
+    required: true
+  targets:
+    description: Patch targets relative to the C(sglang/) package (C(srt/x/y.py) is C(sglang.srt.x.y)).
+    type: list
+    elements: str
+    default: []
+  modules:
+    description: Further dotted module names to import.
+    type: list
+    elements: str
+    default: []
+  environment:
+    description: Extra environment variables for the interpreter.
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds allowed for all the imports together.
+    type: int
+    default: 600
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Import every patched module with the release's Python
+  sglang_import_check:
+    python: /opt/sglang/releases/r1/venv/bin/python
+    targets: [srt/distributed/device_communicators/torch_symm_mem.py, srt/models/kimi_k25.py]
+"""
+
+RETURN = r"""
+imports:
+  description: Per module, module, ok, error and traceback.
+  type: list
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.import_check import ImportCheckError, check_imports, failure_message, module_name
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            targets=dict(type="list", elements="str", default=[]),
+            modules=dict(type="list", elements="str", default=[]),
+            environment=dict(type="dict", default={}),
+            timeout=dict(type="int", default=600),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        names = [module_name(t) for t in p["targets"]] + list(p["modules"])
+        outcomes = check_imports(p["python"], names, {k: str(v) for k, v in p["environment"].items()}, p["timeout"])
+    except (ValueError, ImportCheckError) as exc:
+        module.fail_json(msg=str(exc), imports=[])
+    imports = [o.to_dict() for o in outcomes]
+    if not all(o.ok for o in outcomes):
+        module.fail_json(msg=failure_message(p["python"], outcomes), imports=imports)
+    module.exit_json(changed=False, imports=imports)
+
+
+if __name__ == "__main__":
+    main()
