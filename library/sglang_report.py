@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: benchmark figures, verdict and the per-release report (JSON, Markdown, PNG chart)."""
+"""Ansible module: benchmark figures, verdict and the per-release report (JSON, Markdown)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ DOCUMENTATION = r"""
 module: sglang_report
 short_description: Summarize benchmark runs, judge baseline vs speculative, write the release report
 description:
-  - Thin wrapper around module_utils/bench_report.py and module_utils/png_chart.py, run on the host.
-  - Reads every run file first (a missing or malformed one fails before anything is written), then
-    records the figures in the release's manifest.json and its releases.json entry, and writes
-    report.json, report.md and chart.png into O(report_dir) together (a temporary directory swapped in).
+  - Thin wrapper around module_utils/bench_report.py, run on the host (standard library only).
+  - Reads every run file and evidence file first (a missing or malformed one fails before anything is
+    written), then records the figures in the release's manifest.json and its releases.json entry,
+    and writes report.json and report.md into O(report_dir) together (a temporary directory swapped in).
+  - The chart (chart.png) is drawn on the controller from report.json by module_utils/bench_chart.py
+    (matplotlib); the host needs no plotting library.
+  - Each optimisation the flags ask for is reported C(yes), C(no) or C(unknown) with its evidence;
+    C(yes) only when the server showed it (see O(evidence)).
 options:
   root:
     description: Release root (holds releases/ and releases.json).
@@ -54,8 +58,16 @@ options:
     description: Ratio the candidate must reach (1.0 = at least as fast as baseline).
     type: float
     default: 1.0
+  evidence:
+    description:
+      - Per profile, the path of what the server showed while that profile ran (written by
+        C(bench_client.py --evidence)) - its /get_server_info answer and journal lines.
+      - The configured profile's evidence decides the optimisations; without it they are C(unknown)
+        unless the flag check or the start-up journal says C(no).
+    type: dict
+    default: {}
   settings:
-    description: Benchmark settings shown in the report (prompt set, counts, client).
+    description: Benchmark settings shown in the report (prompt set, counts, client and why).
     type: dict
     default: {}
   report_dir:
@@ -88,8 +100,12 @@ lines:
   description: One human-readable line per run.
   type: list
   returned: success
+optimisations:
+  description: Per optimisation the flags ask for, C(state) (yes, no or unknown), C(evidence) and C(note).
+  type: list
+  returned: success
 files:
-  description: The report files written on the host (report.json, report.md, chart.png).
+  description: The report files written on the host (report.json, report.md).
   type: list
   returned: success
 """
@@ -101,10 +117,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bench_report import (
     BenchError,
     build_report,
-    chart,
     figure_lines,
     history_from_record,
     load_run,
+    read_evidence,
     record_entry,
     render_markdown,
     summarize,
@@ -127,6 +143,7 @@ def main() -> None:
             candidate=dict(type="str", default="eagle3"),
             gate=dict(type="str", choices=["warn", "fail", "off"], default="warn"),
             threshold=dict(type="float", default=1.0),
+            evidence=dict(type="dict", default={}),
             settings=dict(type="dict", default={}),
             report_dir=dict(type="path"),
         ),
@@ -141,6 +158,7 @@ def main() -> None:
                 raise BenchError(f"runs: each item needs profile, slot (c1 or batch) and path, found {item}")
             run = load_run(item["path"], item["profile"], p["output_len"])
             figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
+        seen = {str(profile): read_evidence(path) for profile, path in (p["evidence"] or {}).items()}
         judged = verdict(figures, p["baseline"], p["candidate"], p["gate"], p["threshold"])
         record = releases.load()
         releases.get(record, p["release"])
@@ -149,18 +167,25 @@ def main() -> None:
         entry = record_entry(figures, judged)
         record["releases"][p["release"]]["benchmark"] = entry
         history = history_from_record(record)
-        report = build_report(p["host"], manifest, figures, judged, p["configured_profile"], history, p["settings"])
-        png, _bars = chart(history, p["host"])
+        report = build_report(p["host"], manifest, figures, judged, p["configured_profile"], history, p["settings"], seen)
         markdown = render_markdown(report)
         report_dir = p["report_dir"] or str(releases.path(p["release"]) / "report")
-        files = [str(Path(report_dir) / n) for n in ("report.json", "report.md", "chart.png")]
+        files = [str(Path(report_dir) / n) for n in ("report.json", "report.md")]
         if not module.check_mode:
             releases.annotate(p["release"], "benchmark", entry)
             releases.update_manifest(p["release"], {"benchmark": {"figures": figures, "verdict": judged, "settings": p["settings"]}})
-            files = write_report_dir(report_dir, report, markdown, png)
+            files = write_report_dir(report_dir, report, markdown)
     except (BenchError, ReleaseError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, figures=figures, lines=figure_lines(figures), verdict=judged, files=files, report_dir=report_dir)
+    module.exit_json(
+        changed=True,
+        figures=figures,
+        lines=figure_lines(figures),
+        verdict=judged,
+        optimisations=report["optimisations"],
+        files=files,
+        report_dir=report_dir,
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,12 @@ environment assignment that sudo would log.
     python3 bench_client.py --secrets-file /etc/sglang/secrets.env --exec -- python -m sglang.bench_serving ...
 
 runs SGLang's own client with that key in OPENAI_API_KEY (what bench_serving sends as the bearer token).
+
+    python3 bench_client.py --url http://127.0.0.1:30000 --unit sglang.service --evidence evidence.json
+
+writes what the running server shows of its optimisations: its /get_server_info answer and the lines
+of its unit's current run in the journal that speak of them (bench_report.effective_optimisations
+reads both).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import http.client
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -220,6 +227,43 @@ def run(
     }
 
 
+# Journal lines worth keeping as evidence (bench_report decides what each one means).
+EVIDENCE_LINE = re.compile(r"cuda graph|symm|multicast|all-?reduce|fusion|speculative|eagle|accept|mixed.chunk", re.I)
+
+
+def evidence(url: str, unit: Optional[str], api_key: Optional[str], max_lines: int = 200) -> dict[str, Any]:
+    """The server's /get_server_info answer and the relevant journal lines of the unit's current run."""
+    out: dict[str, Any] = {"url": url, "unit": unit, "server_info": None, "log": [], "error": ""}
+    problems = []
+    info = _get(url, "/get_server_info", api_key)
+    if info is None:
+        problems.append(f"GET {url}/get_server_info did not answer 200")
+    else:
+        try:
+            out["server_info"] = json.loads(info)
+        except ValueError as exc:
+            problems.append(f"/get_server_info is not JSON: {exc}")
+    if unit:
+        try:
+            invocation = subprocess.run(
+                ["systemctl", "show", "-p", "InvocationID", "--value", unit], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.strip()
+            if not invocation:
+                raise ValueError(f"{unit} has no current invocation")
+            journal = subprocess.run(
+                ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            ).stdout
+            out["log"] = [line for line in journal.splitlines() if EVIDENCE_LINE.search(line)][-max_lines:]
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            problems.append(f"journal of {unit}: {exc}")
+    out["error"] = "; ".join(problems)
+    return out
+
+
 def write_atomic(path: str, data: Mapping[str, Any]) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as handle:
@@ -241,6 +285,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--progress")
     parser.add_argument("--warmup", type=int, default=1, help="requests sent (and not measured) before the run")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument("--evidence", help="write the server's optimisation evidence here instead of measuring")
+    parser.add_argument("--unit", help="with --evidence: the systemd unit whose journal is read")
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--exec" in argv:  # --exec [--] COMMAND...: run COMMAND with OPENAI_API_KEY set instead
@@ -252,6 +298,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     api_key = read_secret(args.secrets_file)
     if command:
         os.execvpe(command[0], command, {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})})
+    if args.evidence:
+        if not args.url:
+            parser.error("--evidence needs --url")
+        write_atomic(args.evidence, evidence(args.url, args.unit, api_key))
+        return 0
     missing = [
         f"--{k.replace('_', '-')}"
         for k in ("url", "prompts", "num_prompts", "output_len", "concurrency", "profile", "out")

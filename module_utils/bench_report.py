@@ -1,7 +1,8 @@
 """Benchmark figures, the baseline-vs-speculative verdict and gate, and the per-release report.
 
-Plain Python, standard library only (the chart is drawn by the sibling ``png_chart``);
-library/sglang_report.py wraps it on the host and pytest drives it on recorded timings.
+Plain Python, standard library only (the chart is drawn on the controller by the sibling
+``bench_chart`` with matplotlib); library/sglang_report.py wraps it on the host and pytest drives it
+on recorded timings.
 
 A *run* is one benchmark of one profile at one concurrency, whichever client measured it::
 
@@ -22,6 +23,7 @@ import html
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -238,7 +240,14 @@ def history_from_record(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         bench = record.get("releases", {}).get(release_id, {}).get("benchmark") or {}
         for profile, fig in sorted((bench.get("profiles") or {}).items()):
             points.append(
-                {"release": release_id, "profile": profile, "c1": fig.get("c1"), "batch": fig.get("batch"), "at": bench.get("at")}
+                {
+                    "release": release_id,
+                    "profile": profile,
+                    "c1": fig.get("c1"),
+                    "batch": fig.get("batch"),
+                    "accept_length": fig.get("accept_length"),
+                    "at": bench.get("at"),
+                }
             )
     return points
 
@@ -267,14 +276,17 @@ def build_report(
     configured_profile: str,
     history: Sequence[Mapping[str, Any]],
     settings: Mapping[str, Any],
+    evidence: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> dict[str, Any]:
     """report.json: what runs (versions and hashes, patches, audit, flags, health, optimisations
-    in effect) and how fast, for one release on one host."""
+    with what was seen of them) and how fast, for one release on one host. ``evidence`` is
+    {profile: read_evidence(...)}: what the server showed while that profile was measured."""
     service = manifest.get("service") or {}
     findings = service.get("runtime_findings") or []
     patches = manifest.get("patches") if isinstance(manifest.get("patches"), Mapping) else {}
     sglang = manifest.get("sglang") or {}
     cuda = manifest.get("cuda") or {}
+    seen = (evidence or {}).get(configured_profile) or {}
     return {
         "schema": 1,
         "host": host,
@@ -311,39 +323,147 @@ def build_report(
             "security": service.get("security"),
             "health": service.get("health") or {},
         },
-        "optimisations": effective_optimisations(service.get("argv") or [], findings, service.get("flag_warnings") or []),
+        "optimisations": effective_optimisations(
+            service.get("argv") or [], findings, service.get("flag_warnings") or [], seen.get("server_info"), seen.get("log") or []
+        ),
+        "optimisations_seen": {
+            "profile": configured_profile,
+            "server_info": seen.get("server_info") is not None,
+            "log_lines": len(seen.get("log") or []),
+            "error": seen.get("error") or ("" if seen else f"no evidence recorded for profile {configured_profile}"),
+        },
         "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
         "history": [dict(h) for h in history],
     }
 
 
-OPTIMISATION_FLAGS = {
-    "--speculative-algorithm": "speculative decoding",
-    "--enable-torch-symm-mem": "torch symmetric-memory all-reduce",
-    "--enable-flashinfer-allreduce-fusion": "FlashInfer all-reduce fusion",
-    "--enable-mixed-chunk": "mixed chunked prefill",
-    "--cuda-graph-max-bs": "CUDA graphs",
+OPTIMISATIONS = (
+    # flag, name, pattern of a start-up journal finding (sglang_service's journal_checks) about it
+    ("--speculative-algorithm", "speculative decoding", r"speculative|eagle"),
+    ("--enable-torch-symm-mem", "torch symmetric-memory all-reduce", r"symm"),
+    ("--enable-flashinfer-allreduce-fusion", "FlashInfer all-reduce fusion", r"all-?reduce fusion"),
+    ("--enable-mixed-chunk", "mixed chunked prefill", r"mixed chunk"),
+    ("--cuda-graph-max-bs", "CUDA graphs", r"cuda graph"),
+)
+# Server log lines that show an optimisation working (yes) or switched off (no). SGLang 0.5.9's own
+# wording; "TorchSymmMemCommunicator ... enabled" is what a patched build logs (SGLang itself logs
+# only the failures).
+LOG_EVIDENCE: dict[str, dict[str, tuple[str, ...]]] = {
+    "--enable-torch-symm-mem": {
+        "yes": (r"TorchSymmMemCommunicator.*\b(enabled|initiali[sz]ed)\b",),
+        "no": (r"multicast operations are not supported", r"TorchSymmMemCommunicator: .*not (supported|available)"),
+    },
+    "--cuda-graph-max-bs": {
+        "yes": (r"Capture cuda graph end\b",),
+        "no": (r"Capture cuda graph failed",),
+    },
+    "--enable-flashinfer-allreduce-fusion": {"yes": (), "no": (r"(allreduce|all-reduce) fusion.*(disabled|not supported)",)},
+    "--speculative-algorithm": {"yes": (), "no": ()},
+    "--enable-mixed-chunk": {"yes": (), "no": ()},
 }
+STATES = ("yes", "no", "unknown")
+
+
+def _server_state(info: Optional[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+    """The /get_server_info answer of one server (its decode side when disaggregated)."""
+    if not isinstance(info, Mapping):
+        return None
+    if isinstance(info.get("decode"), list) and info["decode"] and isinstance(info["decode"][0], Mapping):
+        return info["decode"][0]
+    return info
+
+
+def server_accept_length(info: Optional[Mapping[str, Any]]) -> Optional[float]:
+    state = _server_state(info) or {}
+    internal = state.get("internal_states")
+    value = (
+        internal[0].get("avg_spec_accept_length") if isinstance(internal, list) and internal and isinstance(internal[0], Mapping) else None
+    )
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def effective_optimisations(
-    argv: Sequence[str], findings: Sequence[Mapping[str, Any]], flag_warnings: Sequence[str] = ()
+    argv: Sequence[str],
+    findings: Sequence[Mapping[str, Any]] = (),
+    flag_warnings: Sequence[str] = (),
+    server_info: Optional[Mapping[str, Any]] = None,
+    log_lines: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Optimisations the flags ask for, and whether each is in effect: not when the flag check
-    called the flag a no-op on this GPU, nor when the journal showed it switched off at run time."""
-    out = []
+    """Each optimisation the flags ask for, with what was seen of it: ``state`` is ``yes`` only on
+    positive evidence (a server log line, a /get_server_info field), ``no`` on negative evidence
+    (the flag check calls the flag a no-op on this GPU, a journal finding or log line says it was
+    switched off, the server reports it off), else ``unknown``. ``evidence`` quotes what decided it;
+    negative evidence wins over positive."""
     args = list(argv)
-    for flag, name in OPTIMISATION_FLAGS.items():
-        if flag not in args:
+    state = _server_state(server_info)
+    out = []
+    for flag, name, finding_pattern in OPTIMISATIONS:
+        if flag not in args and not (flag == "--cuda-graph-max-bs" and "--disable-cuda-graph" in args):
             continue
-        i = args.index(flag)
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
-        off = [str(w) for w in flag_warnings if str(w).startswith(flag + " ") and "no-op" in str(w)]
-        off += [str(f.get("meaning", "")) for f in findings if name.split()[0].lower() in str(f.get("meaning", "")).lower()]
-        out.append({"name": name, "flag": flag, "value": value, "in_effect": not off, "note": "; ".join(off)})
-    if "--disable-cuda-graph" in args:
-        out.append({"name": "CUDA graphs", "flag": "--disable-cuda-graph", "value": None, "in_effect": False, "note": "disabled by flag"})
+        i = args.index(flag) if flag in args else -1
+        value = args[i + 1] if 0 <= i < len(args) - 1 and not args[i + 1].startswith("--") else None
+        yes: list[str] = []
+        no: list[str] = [f"flag check: {w}" for w in map(str, flag_warnings) if w.startswith(flag + " ") and "no-op" in w]
+        for f in findings:
+            meaning = str(f.get("meaning", ""))
+            if re.search(finding_pattern, meaning, re.I):
+                no.append(f"journal at start: {meaning}" + (f" ({f['line']})" if f.get("line") else ""))
+        patterns = LOG_EVIDENCE.get(flag, {})
+        for line in map(str, log_lines):
+            if any(re.search(p, line, re.I) for p in patterns.get("no", ())):
+                no.append(f"server log: {line.strip()[:300]}")
+            elif any(re.search(p, line, re.I) for p in patterns.get("yes", ())):
+                yes.append(f"server log: {line.strip()[:300]}")
+        if flag == "--speculative-algorithm" and state is not None and "speculative_algorithm" in state:
+            algo, accept = state.get("speculative_algorithm"), server_accept_length(server_info)
+            if not algo:
+                no.append("/get_server_info: speculative_algorithm is null (the server runs without speculation)")
+            elif accept:
+                yes.append(f"/get_server_info: speculative_algorithm={algo}, internal_states[0].avg_spec_accept_length={accept:g}")
+        if flag == "--cuda-graph-max-bs":
+            if "--disable-cuda-graph" in args:
+                no.append("flags: --disable-cuda-graph")
+            elif state is not None and state.get("disable_cuda_graph") is True:
+                no.append("/get_server_info: disable_cuda_graph=true")
+        verdict_ = "no" if no else ("yes" if yes else "unknown")
+        evidence = no if no else yes
+        note = (
+            ""
+            if evidence
+            else (
+                "nothing seen: no server log line, /get_server_info field or flag-check warning shows it on or off"
+                + ("" if state is not None else " (no /get_server_info answer was recorded)")
+            )
+        )
+        if flag == "--speculative-algorithm" and not evidence and state is not None and state.get("speculative_algorithm"):
+            note = (
+                f"/get_server_info: speculative_algorithm={state['speculative_algorithm']} but no accept length: no speculative step seen"
+            )
+        out.append(
+            {
+                "name": name,
+                "flag": flag if flag in args else "--disable-cuda-graph",
+                "value": value,
+                "state": verdict_,
+                "evidence": evidence[:5],
+                "note": note,
+            }
+        )
     return out
+
+
+def read_evidence(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An evidence snapshot written by bench_client --evidence: {"server_info": ..., "log": [...]}."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"evidence {p}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise BenchError(f"evidence {p} is not JSON: {exc}") from exc
+    if not isinstance(data, Mapping) or not isinstance(data.get("log", []), list):
+        raise BenchError(f"evidence {p}: expected {{server_info, log: [...]}}, found {str(data)[:100]}")
+    return {"server_info": data.get("server_info"), "log": [str(x) for x in data.get("log") or []], "error": data.get("error") or ""}
 
 
 def figure_lines(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
@@ -409,7 +529,13 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
                 f"{_fmt(f['itl_ms']['mean'], 2)} / {_fmt(f['itl_ms']['p99'], 2)} | "
                 f"{_fmt(f['accept_length'], 2)} | {f['completed']}/{f['requests']}{'' if f['ok'] else ' (' + _md(f['problem']) + ')'} |"
             )
-    lines += ["", f"![tok/s per release and profile]({chart_name})", "", "## What runs", ""]
+    lines += [
+        "",
+        f"![tok/s per release and profile, TTFT, ITL, accept length (drawn on the controller)]({chart_name})",
+        "",
+        "## What runs",
+        "",
+    ]
     versions = report.get("versions") or {}
     lines.append(
         f"- SGLang {_md(versions.get('sglang') or '-')}, CUDA {_md(versions.get('cuda') or '-')} "
@@ -445,27 +571,37 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         lines.append(f"- hardening: {_md(svc['security'])}")
     for warning in svc["flag_warnings"]:
         lines.append(f"- flag warning: {_md(warning)}")
-    lines += ["", "## Optimisations in effect", ""]
+    seen = report.get("optimisations_seen") or {}
+    lines += [
+        "",
+        "## Optimisations: what the server showed",
+        "",
+        f"Profile {_md(seen.get('profile', '-'))}; yes only on positive evidence, no on negative evidence, else unknown "
+        f"(/get_server_info {'recorded' if seen.get('server_info') else 'not recorded'}, "
+        f"{seen.get('log_lines', 0)} relevant server log lines{'; ' + _md(seen['error']) if seen.get('error') else ''}).",
+        "",
+    ]
     for opt in report["optimisations"] or []:
-        lines.append(
-            f"- {opt['name']} ({opt['flag']}{' ' + _md(opt['value']) if opt['value'] else ''}): "
-            f"{'yes' if opt['in_effect'] else 'NO'} {_md(opt['note'])}".rstrip()
-        )
+        why = "; ".join(opt["evidence"]) or opt["note"]
+        lines.append(f"- {opt['name']} ({opt['flag']}{' ' + _md(opt['value']) if opt['value'] else ''}): **{opt['state']}**: {_md(why)}")
     if not report["optimisations"]:
         lines.append("- none requested by the flags")
     return "\n".join(lines) + "\n"
 
 
-def write_report_dir(directory: str | os.PathLike[str], report: Mapping[str, Any], markdown: str, chart: bytes) -> list[str]:
-    """Write report.json, report.md and chart.png together: into a temporary sibling, then swapped in,
-    so a reader never sees a half-written report."""
+def write_report_dir(
+    directory: str | os.PathLike[str], report: Mapping[str, Any], markdown: str, chart: Optional[bytes] = None
+) -> list[str]:
+    """Write report.json, report.md (and chart.png when given) together: into a temporary sibling,
+    then swapped in, so a reader never sees a half-written report."""
     target = Path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         (tmp / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         (tmp / "report.md").write_text(markdown, encoding="utf-8")
-        (tmp / "chart.png").write_bytes(chart)
+        if chart is not None:
+            (tmp / "chart.png").write_bytes(chart)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
         os.chmod(tmp, 0o755)
@@ -479,29 +615,4 @@ def write_report_dir(directory: str | os.PathLike[str], report: Mapping[str, Any
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return [str(target / n) for n in ("report.json", "report.md", "chart.png")]
-
-
-def chart(history: Sequence[Mapping[str, Any]], host: str, last: int = 8) -> tuple[bytes, list[Any]]:
-    """PNG of output tok/s per release and profile over the host's last `last` benchmarked releases."""
-    try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.png_chart)
-        from ansible.module_utils.png_chart import bar_chart  # type: ignore[import-not-found]
-    except ImportError:  # plain Python: module_utils/ is on sys.path
-        from png_chart import bar_chart  # type: ignore[no-redef]
-
-    releases: list[str] = []
-    profiles: list[str] = []
-    for point in history:
-        if point["release"] not in releases:
-            releases.append(point["release"])
-        if point["profile"] not in profiles:
-            profiles.append(point["profile"])
-    releases = releases[-last:]
-    c1 = {(p["release"], p["profile"]): p.get("c1") for p in history if p["release"] in releases}
-    batch = {(p["release"], p["profile"]): p.get("batch") for p in history if p["release"] in releases}
-    return bar_chart(
-        f"SGLANG OUTPUT TOK/S - {host}",
-        releases,
-        profiles,
-        [("CONCURRENCY 1 (TOK/S)", c1), ("BATCH CONCURRENCY (TOK/S)", batch)],
-    )
+    return [str(target / n) for n in ("report.json", "report.md", *(("chart.png",) if chart is not None else ()))]

@@ -1,5 +1,5 @@
-"""Benchmark figures, verdict and gate, report and chart (module_utils/bench_report.py, png_chart.py),
-and the toolkit's client against the stand-in server on 127.0.0.1.
+"""Benchmark figures, verdict and gate, report (module_utils/bench_report.py), the controller's
+matplotlib chart (bench_chart.py), and the toolkit's client against the stand-in server on 127.0.0.1.
 
 tests/data/bench/standin-*.json are runs recorded by the toolkit's client against the stand-in
 server (TEST FIXTURE, no GPU): they pin the record format and real streamed timings, not a GPU result.
@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import bench_chart
 import bench_client
 import pytest
 from bench_report import (
     BenchError,
     build_report,
-    chart,
     effective_optimisations,
     figure_lines,
     from_bench_serving,
@@ -33,7 +34,6 @@ from bench_report import (
     verdict,
     write_report_dir,
 )
-from png_chart import PALETTE, read_png
 from test_service_support import free_port
 
 from conftest import DATA, ROOT
@@ -233,16 +233,66 @@ MANIFEST = {
 }
 
 
-def test_optimisations_in_effect_account_for_no_op_flags_and_the_journal() -> None:
-    opts = {
-        o["flag"]: o
-        for o in effective_optimisations(
-            MANIFEST["service"]["argv"], MANIFEST["service"]["runtime_findings"], MANIFEST["service"]["flag_warnings"]
-        )
+SPEC_INFO = {"speculative_algorithm": "EAGLE3", "internal_states": [{"avg_spec_accept_length": 2.5}], "version": "0.5.9"}
+
+
+def opts_of(argv=None, findings=(), warnings=(), server_info=None, log=()) -> dict:
+    argv = MANIFEST["service"]["argv"] + ["--cuda-graph-max-bs", "64", "--enable-mixed-chunk"] if argv is None else argv
+    return {o["flag"]: o for o in effective_optimisations(argv, findings, warnings, server_info, log)}
+
+
+def test_optimisations_are_never_yes_without_evidence() -> None:
+    opts = opts_of()
+    assert set(opts) == {
+        "--speculative-algorithm",
+        "--enable-torch-symm-mem",
+        "--enable-flashinfer-allreduce-fusion",
+        "--cuda-graph-max-bs",
+        "--enable-mixed-chunk",
     }
-    assert opts["--speculative-algorithm"]["in_effect"] and opts["--speculative-algorithm"]["value"] == "EAGLE3"
-    assert not opts["--enable-torch-symm-mem"]["in_effect"] and "NCCL" in opts["--enable-torch-symm-mem"]["note"]
-    assert not opts["--enable-flashinfer-allreduce-fusion"]["in_effect"]
+    assert {o["state"] for o in opts.values()} == {"unknown"}
+    assert all(o["evidence"] == [] and o["note"].startswith("nothing seen") for o in opts.values())
+    # The server echoing its own flags is not evidence that an optimisation works.
+    echo = {"enable_torch_symm_mem": True, "enable_mixed_chunk": True, "speculative_algorithm": "EAGLE3", "internal_states": [{}]}
+    opts = opts_of(server_info=echo)
+    assert {o["state"] for o in opts.values()} == {"unknown"}
+    assert "no accept length" in opts["--speculative-algorithm"]["note"]
+
+
+def test_optimisations_are_yes_only_on_positive_evidence_and_no_on_negative() -> None:
+    opts = opts_of(
+        findings=MANIFEST["service"]["runtime_findings"],
+        warnings=MANIFEST["service"]["flag_warnings"],
+        server_info=SPEC_INFO,
+        log=["Capture cuda graph end. Time elapsed: 12.30 s. mem usage=1.20 GB. avail mem=70.00 GB."],
+    )
+    spec = opts["--speculative-algorithm"]
+    assert spec["state"] == "yes" and spec["value"] == "EAGLE3"
+    assert spec["evidence"] == ["/get_server_info: speculative_algorithm=EAGLE3, internal_states[0].avg_spec_accept_length=2.5"]
+    symm = opts["--enable-torch-symm-mem"]
+    assert symm["state"] == "no" and "NCCL" in symm["evidence"][0] and symm["evidence"][0].startswith("journal at start:")
+    fusion = opts["--enable-flashinfer-allreduce-fusion"]
+    assert fusion["state"] == "no" and fusion["evidence"] == [f"flag check: {MANIFEST['service']['flag_warnings'][0]}"]
+    graphs = opts["--cuda-graph-max-bs"]
+    assert graphs["state"] == "yes" and graphs["evidence"][0].startswith("server log: Capture cuda graph end")
+    assert opts["--enable-mixed-chunk"]["state"] == "unknown"
+
+
+def test_negative_evidence_wins_and_the_server_can_say_no() -> None:
+    log = [
+        "TorchSymmMemCommunicator: enabled (world size 8)",
+        "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.",
+    ]
+    opts = opts_of(log=log, server_info={"speculative_algorithm": None, "internal_states": [{}]})
+    assert opts["--enable-torch-symm-mem"]["state"] == "no"
+    assert opts["--enable-torch-symm-mem"]["evidence"] == [f"server log: {log[1]}"]
+    assert opts_of(log=log[:1])["--enable-torch-symm-mem"]["state"] == "yes"
+    assert opts["--speculative-algorithm"]["state"] == "no" and "null" in opts["--speculative-algorithm"]["evidence"][0]
+    off = opts_of(argv=["--cuda-graph-max-bs", "8", "--disable-cuda-graph"], log=["Capture cuda graph end. Time elapsed: 1 s"])
+    assert off["--cuda-graph-max-bs"]["state"] == "no" and off["--cuda-graph-max-bs"]["evidence"][0] == "flags: --disable-cuda-graph"
+    decode = {"decode": [SPEC_INFO]}  # disaggregated: the decode server's answer counts
+    assert opts_of(server_info=decode)["--speculative-algorithm"]["state"] == "yes"
+    assert opts_of(argv=[]) == {}
 
 
 def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None:
@@ -258,7 +308,21 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "**pass**: eagle3 is faster" in md
     assert re.search(r"\| eagle3 \| 1 \| 120\.0 \|", md) and re.search(r"\| baseline \| 1 \| 90\.0 \|", md)
     assert "kimi_k25_eagle3_delegation: applied" in md and "sglang-0.5.9-py3-none-any.whl" in md
-    assert "torch symmetric-memory all-reduce (--enable-torch-symm-mem): NO" in md
+    assert "torch symmetric-memory all-reduce (--enable-torch-symm-mem): **no**: journal at start: torch symmetric" in md
+    assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
+    assert report["optimisations_seen"]["error"] == "no evidence recorded for profile eagle3"
+    seen = {"eagle3": {"server_info": SPEC_INFO, "log": [], "error": ""}}
+    report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"client": "bench_serving (SGLang 0.5.9)"}, seen)
+    spec = next(o for o in report["optimisations"] if o["flag"] == "--speculative-algorithm")
+    assert spec["state"] == "yes" and report["optimisations_seen"] == {
+        "profile": "eagle3",
+        "server_info": True,
+        "log_lines": 0,
+        "error": "",
+    }
+    md = render_markdown(report)
+    assert "speculative decoding (--speculative-algorithm EAGLE3): **yes**: /get_server_info: speculative_algorithm=EAGLE3" in md
+    assert "client: bench_serving (SGLang 0.5.9)." in md
 
 
 def test_the_report_dir_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
@@ -266,42 +330,63 @@ def test_the_report_dir_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     report = {"release": "r1"}
     files = write_report_dir(target, report, "# r1\n", b"png1")
     assert [Path(f).name for f in files] == ["report.json", "report.md", "chart.png"]
+    assert [Path(f).name for f in write_report_dir(tmp_path / "plain", report, "# r1\n")] == ["report.json", "report.md"]
+    assert not (tmp_path / "plain" / "chart.png").exists()
     assert json.loads((target / "report.json").read_text()) == report
     with pytest.raises(TypeError):
         write_report_dir(target, {"release": "r2"}, "# r2\n", "not bytes")  # type: ignore[arg-type]
     assert (target / "report.md").read_text() == "# r1\n" and (target / "chart.png").read_bytes() == b"png1"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "report"]  # no temporary left behind
 
 
-def test_history_and_chart_bars_are_proportional_to_tok_s() -> None:
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_history_feeds_a_matplotlib_chart_of_every_panel(tmp_path: Path) -> None:
     record = {"order": ["0001-aaaaaaaa", "0002-bbbbbbbb", "0003-cccccccc"], "releases": {}}
-    record["releases"]["0001-aaaaaaaa"] = {"benchmark": record_entry(figures_for({"baseline": 90, "eagle3": 54}), {"status": "warn"})}
+    first = figures_for({"baseline": 90, "eagle3": 54})
+    first["eagle3"]["c1"]["accept_length"] = 1.8
+    record["releases"]["0001-aaaaaaaa"] = {"benchmark": record_entry(first, {"status": "warn"})}
     record["releases"]["0002-bbbbbbbb"] = {}  # never benchmarked
-    record["releases"]["0003-cccccccc"] = {"benchmark": record_entry(figures_for({"baseline": 92, "eagle3": 120}), {"status": "pass"})}
+    figures = figures_for({"baseline": 92, "eagle3": 120})
+    record["releases"]["0003-cccccccc"] = {"benchmark": record_entry(figures, {"status": "pass"})}
     history = history_from_record(record)
-    assert [(h["release"], h["profile"], h["c1"]) for h in history] == [
-        ("0001-aaaaaaaa", "baseline", 90.0),
-        ("0001-aaaaaaaa", "eagle3", 54.0),
-        ("0003-cccccccc", "baseline", 92.0),
-        ("0003-cccccccc", "eagle3", 120.0),
+    assert [(h["release"], h["profile"], h["c1"], h["accept_length"]) for h in history] == [
+        ("0001-aaaaaaaa", "baseline", 90.0, None),
+        ("0001-aaaaaaaa", "eagle3", 54.0, 1.8),
+        ("0003-cccccccc", "baseline", 92.0, None),
+        ("0003-cccccccc", "eagle3", 120.0, None),
     ]
-    png, bars = chart(history, "gpu-1")
-    width, height, pixels = read_png(png)
-    assert width == 960 and height > 400
-    c1 = {(b.group, b.series): b for b in bars if b.panel == 0}
-    assert len(c1) == 4 and not [b for b in bars if b.panel == 1]  # no batch figures recorded
-    heights = {k: b.y1 - b.y0 for k, b in c1.items()}
-    assert heights[("0003-cccccccc", "eagle3")] / heights[("0001-aaaaaaaa", "baseline")] == pytest.approx(120 / 90, rel=0.02)
-    for bar in c1.values():  # the pixels inside each bar are its series' colour
-        x, y = (bar.x0 + bar.x1) // 2, (bar.y0 + bar.y1) // 2
-        assert tuple(pixels[(y * width + x) * 3 : (y * width + x) * 3 + 3]) == bar.color
-    assert c1[("0001-aaaaaaaa", "baseline")].color == PALETTE[0] and c1[("0001-aaaaaaaa", "eagle3")].color == PALETTE[1]
+    report = build_report(
+        "gpu-1", MANIFEST | {"id": "0003-cccccccc"}, figures, verdict(figures, "baseline", "eagle3"), "eagle3", history, {}
+    )
+    data = bench_chart.series(report)
+    assert data["releases"] == ["0001-aaaaaaaa", "0003-cccccccc"] and data["tok_s"]["c1"][("0003-cccccccc", "eagle3")] == 120.0
+    assert data["accept"][("0001-aaaaaaaa", "eagle3")] == 1.8 and [r[0] for r in data["runs"]] == ["baseline c1", "eagle3 c1"]
+    png, bars = bench_chart.draw(report)
+    assert png_size(png) == (1200, 800) and 20_000 < len(png) < 1_000_000
+    # 4 concurrency-1 bars (no batch recorded); 3 percentiles x 2 runs for TTFT and ITL; one accept length.
+    assert bars == {"tok_s": 4, "ttft": 6, "itl": 6, "accept": 1}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    out = tmp_path / "chart.png"
+    assert bench_chart.main(["--report", str(tmp_path / "report.json"), "--out", str(out)]) == 0
+    assert png_size(out.read_bytes()) == (1200, 800)
+    assert bench_chart.main(["--report", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.png")]) == 2
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_a_host_without_figures_still_gets_a_chart() -> None:
-    png, bars = chart([], "gpu-1")
-    width, height, _ = read_png(png)
-    assert bars == [] and width == 960 and height > 100
+    png, bars = bench_chart.draw({"host": "gpu-1", "release": "r", "history": [], "benchmark": {"profiles": {}}})
+    assert bars == {"tok_s": 0, "ttft": 0, "itl": 0, "accept": 0} and png_size(png) == (1200, 800) and len(png) > 10_000
+
+
+def test_importing_the_chart_module_needs_no_matplotlib() -> None:
+    probe = "import sys; sys.modules['matplotlib'] = None; import bench_chart; print(bench_chart.series({})['releases'])"
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "module_utils", capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+    assert "ansible" not in (ROOT / "module_utils/bench_chart.py").read_text()
 
 
 # ------------------------------------------------------------------ the client
@@ -414,12 +499,20 @@ def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path)
     assert not (releases.path(rid) / "report").exists()
     assert "benchmark" not in json.loads((releases.path(rid) / "manifest.json").read_text())
 
-    result = run_module("sglang_report", args | {"runs": runs, "threshold": 1.5})
+    seen = tmp_path / "eagle3-evidence.json"
+    seen.write_text(json.dumps({"server_info": SPEC_INFO, "log": [], "error": ""}))
+    result = run_module("sglang_report", args | {"runs": runs, "threshold": 1.5, "evidence": {"eagle3": str(seen)}})
     assert not result.get("failed"), result.get("msg")
     assert result["verdict"]["status"] == "pass" and result["verdict"]["faster"] == "eagle3"
     report = json.loads((releases.path(rid) / "report/report.json").read_text())
     assert report["benchmark"]["profiles"]["eagle3"]["batch"]["concurrency"] == 4
-    assert read_png((releases.path(rid) / "report/chart.png").read_bytes())[0] == 960
+    assert sorted(p.name for p in (releases.path(rid) / "report").iterdir()) == [
+        "report.json",
+        "report.md",
+    ]  # the chart is the controller's
+    assert [Path(f).name for f in result["files"]] == ["report.json", "report.md"]
+    states = {o["flag"]: o["state"] for o in result["optimisations"]}
+    assert states == {"--speculative-algorithm": "yes", "--enable-torch-symm-mem": "no", "--enable-flashinfer-allreduce-fusion": "no"}
     manifest = json.loads((releases.path(rid) / "manifest.json").read_text())
     assert manifest["benchmark"]["verdict"]["status"] == "pass"
     entry = releases.load()["releases"][rid]["benchmark"]
