@@ -7,7 +7,10 @@ VENV ?= .venv
 PYTHON ?= python3
 INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
-SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+# Longest first, dealt to two parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
+SCENARIO_ORDER := service ssh rollback build patches default cuda_apt
+SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 
 export SGLANG_TOOLKIT_CACHE := $(CURDIR)/.cache
@@ -47,7 +50,7 @@ sglang-runtime: sglang-wheels
 fixtures: wheelhouse
 	$(VENV)/bin/python tests/fixtures/build-cuda-apt-repo.py
 
-lab: images wheelhouse
+lab: images wheelhouse sglang-runtime
 	scripts/lab.sh up
 
 lab-down:
@@ -73,7 +76,7 @@ pytest: venv wheelhouse sglang-wheels sglang-runtime
 	pytest tests
 
 molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
-	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
+	scripts/molecule-lanes.sh $(SCENARIOS)
 
 test: lint pytest molecule
 

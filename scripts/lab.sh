@@ -11,19 +11,27 @@ image=${LAB_IMAGE:-sglang-testhost:bookworm}
 port=${LAB_SSH_PORT:-2200}
 here=$(cd "$(dirname "$0")/.." && pwd)
 keydir=${SGLANG_TOOLKIT_CACHE:-$here/.cache}/lab-ssh
+# SGLang's CPU runtime environment (make sglang-runtime), mounted read-only: the lab's release venvs
+# import SGLang through it (sglang_release_site_packages), as the GPU host's venvs do natively.
+runtime=${SGLANG_TOOLKIT_CACHE:-$here/.cache}/sglang-runtime/site-packages
 
 case "${1:-}" in
 up)
     if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] \
-        && [ "$(docker port "$name" 22/tcp 2>/dev/null)" = "127.0.0.1:$port" ]; then
+        && [ "$(docker port "$name" 22/tcp 2>/dev/null)" = "127.0.0.1:$port" ] \
+        && docker inspect -f '{{range .Mounts}}{{.Destination}} {{end}}' "$name" | grep -q /opt/sglang-runtime/site-packages; then
         echo "lab: $name is running"
         exec "$here/scripts/testhost-ssh.sh" "$name" "$port" "$keydir"
+    fi
+    if [ ! -d "$runtime/torch" ]; then
+        echo "lab: no SGLang runtime environment at $runtime: run make sglang-runtime first" >&2
+        exit 1
     fi
     docker rm -f "$name" >/dev/null 2>&1 || true
     # sshd published on loopback only; the container has no other use for its network.
     docker run -d --name "$name" --hostname "$name" \
         --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-        -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+        -v /sys/fs/cgroup:/sys/fs/cgroup:rw -v "$(readlink -f "$runtime"):/opt/sglang-runtime/site-packages:ro" --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
         -p "127.0.0.1:$port:22" "$image" /lib/systemd/systemd >/dev/null
     for _ in $(seq 60); do
         state=$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)

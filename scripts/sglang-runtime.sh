@@ -5,6 +5,7 @@
 #                                            TEST FIXTURE sgl-kernel CPU import shim
 # SGLang itself is not installed: tests put the (patched) tree from .cache/sglang/<version> first on
 # the path, the lab's release venvs reach these site-packages through a .pth file.
+#   .cache/sglang-runtime/site-packages       -> the site-packages of the stack's SGLang version
 # Redone only when the requirements file or the shim changes. Versions: all tests/runtime/*.txt,
 # or the ones given as arguments.
 set -euo pipefail
@@ -19,7 +20,7 @@ for version in "$@"; do
     requirements=$root/tests/runtime/sglang-$version.txt
     [ -f "$requirements" ] || { echo "sglang-runtime: no $requirements for SGLang $version" >&2; exit 2; }
     dir=$cache/$version
-    stamp=$( { cat "$requirements" "$0"; find "$shim" -type f -name '*.py' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-16)
+    stamp=$( { cat "$requirements"; find "$shim" -type f -name '*.py' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-16)
     if [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
         continue
     fi
@@ -36,4 +37,11 @@ for version in "$@"; do
         || { echo "sglang-runtime: the $version runtime in $dir does not import" >&2; exit 1; }
     echo "$stamp" >"$dir/.stamp"
 done
+# The stack's SGLang version is the one the lab host and molecule mount (read-only) at
+# /opt/sglang-runtime/site-packages: $cache/site-packages points at its site-packages.
+stack_version=$("${PYTHON:-$root/.venv/bin/python}" "$root/scripts/stack_var.py" stack_sglang_version)
+if [ -d "$cache/$stack_version/venv" ]; then
+    site=$("$cache/$stack_version/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    ln -sfn "$site" "$cache/site-packages"
+fi
 echo "sglang-runtime: $(ls -d "$cache"/*/venv 2>/dev/null | wc -l) runtime(s) in $cache"

@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from test_service_support import free_port
+
 import bench_chart
 import bench_client
-import pytest
 from bench_report import (
     BenchError,
     build_report,
@@ -34,8 +36,6 @@ from bench_report import (
     verdict,
     write_report_dir,
 )
-from test_service_support import free_port
-
 from conftest import DATA, ROOT
 
 BENCH = DATA / "bench"
@@ -473,8 +473,9 @@ def test_accept_length_falls_back_to_the_metrics_gauge(monkeypatch: pytest.Monke
 
 
 def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path) -> None:
-    from releases import Releases
     from test_modules import run_module
+
+    from releases import Releases
 
     releases = Releases(tmp_path / "opt")
     rid = releases.create("f" * 64, {})

@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-import bench_client
 import pytest
-from bench_report import load_run, summarize
 from test_service_support import free_port
 
+import bench_client
+from bench_report import load_run, summarize
 from conftest import ROOT
 
 PROMPTS = ROOT / "files/benchmark/prompts.json"

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import pytest
 import yaml
-from import_check import check_imports, failure_message, module_name
 
 from conftest import DATA, ROOT
+from import_check import check_imports, failure_message, module_name
 from sglang_patches import LintError, apply, load_manifest
 
 PATCHES = ROOT / "files" / "patches"

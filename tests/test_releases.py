@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from releases import ReleaseError, Releases
 
 

@@ -380,7 +380,6 @@ def test_lint_refusal_names_patch_file_and_line_and_changes_nothing(manifest_dat
 def test_lint_without_pyflakes(manifest_data: dict[str, Any], sg9: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host without pyflakes the engine skips the lint unless it is required."""
     import patch_lint
-
     import sglang_patches
 
     def missing(*_args: Any) -> list[Any]:
