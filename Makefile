@@ -39,6 +39,7 @@ images: docker
 
 wheelhouse: venv
 	scripts/wheelhouse.sh
+	scripts/real-wheels.sh
 
 sglang-wheels: venv
 	scripts/sglang-wheels.sh

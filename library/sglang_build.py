@@ -9,10 +9,18 @@ short_description: Build one artifact of the SM120 build pipeline into the host 
 description:
   - Thin wrapper around module_utils/build_pipeline.py.
   - C(state=started) starts the build detached (its own session) unless a verified build of the
-    same key is cached (changed=false) or already running. C(state=finished) waits up to
-    O(wait_seconds) and returns progress, or, once the build has ended, verifies every wheel
-    (sm_120 code in each CUDA shared object, the expected libcudart major) and renames it into
-    the cache. A failure removes the work directory and fails with the log's tail.
+    same key is cached (changed=false) or a build of it exists already. It re-attaches to a build
+    a previous run left behind (recorded in work/<name>-<key12>/job.json by pid, process start
+    time and boot id), as C(running) when it still runs, C(ended) when it ended unverified; only a
+    build that is gone without an exit status is started again.
+  - C(state=finished) waits up to O(wait_seconds) and returns progress (C(done=false)), or, once
+    the build has ended, verifies every wheel and renames it into the cache. Call it from a flat
+    C(until) loop. Verification requires that every shared object with GPU code carries cubins for the spec's
+    C(cuda_arch) (12.0 accepts sm_120, sm_120a, sm_120f), except the C(other_arch_objects) the
+    spec names with a reason, that every C(arch_objects) pattern matches an object that does, and
+    the expected libcudart major. GPU code is read with cuobjdump (O(cuobjdump), else
+    O(cuda_home)/bin/cuobjdump) or, without one, the built-in ELF/fatbin reader; the record names
+    which. A failure removes the work directory and fails with the log's tail.
 options:
   item:
     description: One entry of sglang_build_plan's C(plan).
@@ -51,7 +59,7 @@ options:
     type: path
     required: true
   cuobjdump:
-    description: cuobjdump to read GPU targets with (default, the built-in ELF/fatbin reader).
+    description: cuobjdump to read GPU targets with (default O(cuda_home)/bin/cuobjdump if it exists, else the built-in reader).
     type: path
   wait_seconds:
     description: How long C(finished) waits before returning progress.
@@ -71,9 +79,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: cached, running, started, would-build (start); running, built, cached (finished).
+  description: cached, running, ended, started, would-build (start); running, built, cached (finished).
   type: str
   returned: success
+reattached:
+  description: True when C(start) found the build a previous run started (running or ended) instead of starting one.
+  type: bool
+  returned: when a previous build was found
+done:
+  description: Whether the build has ended and was verified (C(finished)).
+  type: bool
+  returned: state=finished
 artifact:
   description: The cache record (key, wheels with sha256 and verification evidence).
   type: dict
@@ -81,7 +97,7 @@ artifact:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.build_pipeline import BuildError, derive_jobs, host_resources, start, wait
+from ansible.module_utils.build_pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, wait
 
 
 def main() -> None:
@@ -110,7 +126,8 @@ def main() -> None:
             module.exit_json(**result)
         if module.check_mode:
             module.exit_json(changed=False, done=True, status="check-mode")
-        result = wait(p["item"], p["root"], p["wait_seconds"], p["cuobjdump"])
+        cuobjdump = p["cuobjdump"] or find_cuobjdump(p["cuda_home"])
+        result = wait(p["item"], p["root"], p["wait_seconds"], cuobjdump)
     except BuildError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=result["status"] == "built", **result)

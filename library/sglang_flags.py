@@ -5,17 +5,24 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_flags
-short_description: Validate a launch profile against SGLang's flags and render ExecStart
+short_description: Validate a launch profile against SGLang's flags and this hardware, render ExecStart
 description:
-  - Thin wrapper around module_utils/server_flags.py. With O(python) whose environment can import
-    SGLang, SGLang's own parser decides (abbreviations refused); otherwise the flag table is read
-    statically from C(server_args.py) of O(sglang) (an installed package or the wheel).
-  - Unknown flags, abbreviations, wrong types or choices fail with a suggestion; EAGLE without a
-    draft model, or torch symm-mem on capability 12 without its patch, fail; known no-ops warn.
+  - Thin wrapper around module_utils/flag_rules.py C(check_launch), the same checker as
+    C(bin/sglang-flags). With O(python) whose environment can import the SGLang in O(sglang) (put
+    first on its PYTHONPATH, with O(pythonpath) after it), SGLang's own parser decides
+    (abbreviations refused); otherwise the flag table is read statically from the sources of
+    O(sglang) (an installed package, an unpacked wheel or the wheel). RV(parser) says which.
+  - Unknown flags, abbreviations, wrong types or choices fail with a suggestion. EAGLE without a
+    draft model fails. Per SGLang version, combinations that version accepts but fails on or
+    mis-runs on this hardware fail (speculative-eagle-topk > 1 with flashinfer on an MLA target
+    unless the profile key C(_allow_topk_tree_on_mla) or O(allow_topk_tree_on_mla) acknowledges it;
+    allreduce fusion on capability 12 where it raises; torch symm-mem on capability 12 where it
+    crashes without its patch); known no-ops warn.
+  - Profile keys starting with C(_) are the toolkit's and are never rendered.
   - Changes nothing.
 options:
   sglang:
-    description: The sglang package directory or wheel whose flags apply.
+    description: The sglang package directory, the directory holding it, or a wheel, whose flags apply.
     type: path
     required: true
   profile:
@@ -23,8 +30,20 @@ options:
     type: dict
     required: true
   python:
-    description: A Python that may import SGLang (the release venv's); static table when it cannot.
+    description: A Python whose environment has SGLang's dependencies; static table when it cannot import SGLang.
     type: path
+  pythonpath:
+    description: More PYTHONPATH entries for O(python), after O(sglang) (e.g. a runtime's site-packages).
+    type: list
+    elements: path
+    default: []
+  model_class:
+    description: The target model class (config.json architectures); MLA classes get the topk rule.
+    type: str
+  allow_topk_tree_on_mla:
+    description: Acknowledge speculative-eagle-topk > 1 with flashinfer on an MLA target.
+    type: bool
+    default: false
   applied_patches:
     description: Ids of the patches the release carries.
     type: list
@@ -50,6 +69,7 @@ EXAMPLES = r"""
   sglang_flags:
     sglang: /opt/sglang/build/wheelhouse/sglang/KEY/sglang-0.5.9-py3-none-any.whl
     profile: {model-path: /data/Kimi-K2.5-NVFP4, tp-size: 8}
+    model_class: KimiK25ForConditionalGeneration
     launch_python: /opt/sglang/releases/0002-abcd1234/venv/bin/python
 """
 
@@ -62,17 +82,35 @@ exec_start:
   description: The ExecStart value, one flag per continued line.
   type: str
   returned: success
+parser:
+  description: sglang (SGLang's own parser was imported) or static (table read from its sources).
+  type: str
+  returned: always
+parser_line:
+  description: The same, as bin/sglang-flags prints it, with the reason for the static table.
+  type: str
+  returned: always
 mode:
-  description: import (SGLang's own parser) or static (table from server_args.py).
+  description: import or static (as RV(parser), the older name).
   type: str
   returned: success
+version:
+  description: The SGLang version checked.
+  type: str
+  returned: always
+flag_warnings:
+  description: The warnings, one line each with the fix and the upstream reference.
+  type: list
+  returned: always
+errors:
+  description: The problems, one line each with the fix and the upstream reference.
+  type: list
+  returned: failure
 """
 
-import json
-import subprocess
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.server_flags import IMPORT_CHECK, FlagError, cross_check, exec_start, flag_table, read_server_args, validate
+from ansible.module_utils.flag_rules import check_launch
+from ansible.module_utils.server_flags import FlagError, exec_start
 
 
 def main() -> None:
@@ -81,6 +119,9 @@ def main() -> None:
             sglang=dict(type="path", required=True),
             profile=dict(type="dict", required=True),
             python=dict(type="path"),
+            pythonpath=dict(type="list", elements="path", default=[]),
+            model_class=dict(type="str"),
+            allow_topk_tree_on_mla=dict(type="bool", default=False),
             applied_patches=dict(type="list", elements="str", default=[]),
             gpu_major=dict(type="int", default=12),
             launch_python=dict(type="str", required=True),
@@ -90,32 +131,39 @@ def main() -> None:
     )
     p = module.params
     try:
-        table = flag_table(read_server_args(p["sglang"]))
+        report = check_launch(
+            p["sglang"],
+            profile=p["profile"],
+            model_class=p["model_class"],
+            gpu_major=p["gpu_major"],
+            planned_patches=p["applied_patches"],
+            allow_topk_tree_on_mla=p["allow_topk_tree_on_mla"],
+            python=p["python"],
+            pythonpath=p["pythonpath"],
+        )
     except FlagError as exc:
         module.fail_json(msg=str(exc))
-    result = validate(table, p["profile"])
-    errors, warnings = cross_check(p["profile"], p["applied_patches"], p["gpu_major"])
-    errors = result.errors + errors
-    mode, reason = "static", "no release Python given"
-    if not result.errors and p["python"]:
-        proc = subprocess.run([p["python"], "-c", IMPORT_CHECK, *result.argv], capture_output=True, text=True, check=False, timeout=300)
-        try:
-            verdict = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            verdict = {"mode": "static", "reason": (proc.stderr or "no output").strip()[-300:]}
-        mode, reason = verdict["mode"], verdict.get("reason", "")
-        if mode == "import" and not verdict["ok"]:
-            errors.append(f"SGLang's own parser refuses the flags: {verdict['error']}")
-    if errors:
-        module.fail_json(msg="invalid SGLang launch flags, nothing changed: " + "; ".join(errors), errors=errors, warnings_found=warnings)
+    common = dict(
+        parser=report.parser,
+        parser_line=report.parser_line,
+        version=report.version,
+        flag_warnings=[f.text() for f in report.warnings],
+    )
+    if not report.ok:
+        errors = [f.text() for f in report.errors]
+        module.fail_json(
+            msg=f"invalid SGLang launch flags ({report.parser_line}), nothing changed: " + "; ".join(errors),
+            errors=errors,
+            **common,
+        )
     module.exit_json(
         changed=False,
-        argv=result.argv,
-        exec_start=exec_start(p["launch_python"], p["launch_module"], result.argv),
-        mode=mode,
-        static_reason=reason if mode == "static" else "",
-        flag_warnings=warnings,
-        flags_known=len(table),
+        argv=report.argv,
+        exec_start=exec_start(p["launch_python"], p["launch_module"], report.argv),
+        mode="import" if report.parser == "sglang" else "static",
+        static_reason=report.parser_reason,
+        flags_known=report.flags_known,
+        **common,
     )
 
 

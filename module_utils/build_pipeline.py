@@ -23,13 +23,17 @@ only ever holds verified artifacts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import fnmatch
 import hashlib
 import json
+import mmap
 import os
 import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -40,9 +44,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.cuda_toolkit)
-    from ansible.module_utils.cuda_toolkit import cudart_major, elf_needed, gpu_targets  # type: ignore[import-not-found]
+    from ansible.module_utils.cuda_toolkit import cudart_major, elf_needed  # type: ignore[import-not-found]
 except ImportError:  # plain Python: module_utils/ is on sys.path
-    from cuda_toolkit import cudart_major, elf_needed, gpu_targets  # type: ignore[no-redef]
+    from cuda_toolkit import cudart_major, elf_needed  # type: ignore[no-redef]
 
 KEY_SCHEMA = 1
 SPEC_FIELDS = {
@@ -55,7 +59,7 @@ SPEC_FIELDS = {
     "build_requires": "pip requirements installed into the build venv before building",
     "jobs_env": "variable names that receive the derived parallelism (MAX_JOBS, ...)",
     "mem_per_job_gib": "memory one compile job needs, for the parallelism",
-    "verify": "what every wheel must show: cuda_arch, ptx_ok, cudart, device_code",
+    "verify": "what every wheel must show: cuda_arch, ptx_ok, cudart, device_code, arch_objects, other_arch_objects (VERIFY_FIELDS)",
     "install": "whether releases install it (false: build-only, e.g. a test fixture)",
     "timeout_minutes": "build time limit",
 }
@@ -70,7 +74,16 @@ SOURCE_KINDS = {
     "path": "a source tree in the controller directory `path`, copied to the host, then run `build`",
 }
 SOURCE_FIELDS = {"git", "ref", "submodules", "sdist", "wheel", "with_deps", "index", "wheelhouse", "pattern", "path"}
-VERIFY_FIELDS = {"cuda_arch", "ptx_ok", "cudart", "device_code"}
+VERIFY_FIELDS = {
+    "cuda_arch": "compute capability every shared object with GPU code must carry machine code for: 12.0 accepts "
+    "sm_120, sm_120a and sm_120f cubins; 12.0a only sm_120a; 12.0f sm_120f or sm_120 (how cuobjdump names family cubins)",
+    "ptx_ok": "also accept PTX of that architecture (compute_120...) instead of machine code",
+    "cudart": "the libcudart major every shared object must link, e.g. 13",
+    "device_code": "required (at least one shared object with GPU code), if-present, none (no GPU check)",
+    "arch_objects": "wheel paths (glob patterns) that must exist and carry cuda_arch code, e.g. sgl_kernel/*/common_ops.*.so",
+    "other_arch_objects": "wheel paths (glob patterns) -> reason: objects that carry only other architectures ON PURPOSE "
+    "(e.g. Hopper-only FA3 kernels); every other object with GPU code must carry cuda_arch",
+}
 DEVICE_CODE = ("required", "if-present", "none")
 BUILT_KINDS = ("git", "sdist", "path")
 ARTIFACT_FILE = "artifact.json"
@@ -155,12 +168,37 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
         _need(isinstance(value, list) and all(isinstance(v, str) for v in value), name, f"`{key}` must be a list of strings")
     verify = spec.get("verify", {})
     _need(isinstance(verify, Mapping), name, "`verify` must be a mapping")
-    unknown_verify = sorted(set(verify) - VERIFY_FIELDS)
+    unknown_verify = sorted(set(verify) - set(VERIFY_FIELDS))
     _need(not unknown_verify, name, f"unknown verify field {', '.join(unknown_verify)}; known: {', '.join(sorted(VERIFY_FIELDS))}")
+    arch_objects = verify.get("arch_objects", [])
+    _need(
+        isinstance(arch_objects, list) and all(isinstance(p, str) and p.strip() for p in arch_objects),
+        name,
+        f"verify.arch_objects must be a list of wheel path patterns (e.g. sgl_kernel/*/common_ops.*.so), found {arch_objects!r}",
+    )
+    other = verify.get("other_arch_objects", {})
+    _need(
+        isinstance(other, Mapping) and all(isinstance(p, str) and p.strip() for p in other),
+        name,
+        "verify.other_arch_objects must map wheel path patterns to the reason they carry no "
+        f"{verify.get('cuda_arch', 'target')} code, found {other!r}",
+    )
+    for pattern, reason in dict(other).items():
+        _need(
+            isinstance(reason, str) and bool(reason.strip()),
+            name,
+            f"verify.other_arch_objects[{pattern!r}] needs a reason (why this object carries no {verify.get('cuda_arch', 'target')} code)",
+        )
+    both = sorted(set(arch_objects) & set(other))
+    _need(not both, name, f"verify: {', '.join(both)} is both in arch_objects and other_arch_objects")
     device_code = verify.get("device_code", "required")
     _need(device_code in DEVICE_CODE, name, f"verify.device_code must be one of {', '.join(DEVICE_CODE)}, found {device_code!r}")
-    if device_code != "none":
-        _need(re.fullmatch(r"\d+\.\d+[af]?", str(verify.get("cuda_arch", ""))) is not None, name, "verify.cuda_arch must look like 12.0")
+    if device_code != "none" or arch_objects or other:
+        _need(
+            re.fullmatch(r"\d+\.\d+[af]?", str(verify.get("cuda_arch", ""))) is not None,
+            name,
+            f"verify.cuda_arch must look like 12.0 (or 12.0a, 12.0f), found {verify.get('cuda_arch')!r}",
+        )
     cudart = verify.get("cudart")
     _need(
         cudart is None or re.fullmatch(r"\d+", str(cudart)) is not None,
@@ -293,6 +331,139 @@ def derive_jobs(cores: int, mem_gib: float, mem_per_job_gib: float, cap: int = 0
     return min(jobs, cap) if cap > 0 else jobs
 
 
+# ---------------------------------------------------------------- reading GPU code
+#
+# The target names are cuobjdump's: a cubin is `sm_NNN` or, built for an architecture-specific
+# target, `sm_NNNa` (cuobjdump 13.2 lists family-specific `sm_NNNf` cubins as `sm_NNN`, and so
+# does this reader); PTX is `compute_NNN`, `compute_NNNa` or `compute_NNNf` (cuobjdump's
+# `--list-ptx` calls it `sm_NNN[af].ptx`).
+
+EM_CUDA = 190
+FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
+_FATBIN = struct.Struct("<IHHQ")  # magic, version, header size, payload size
+# kind, version, header size, payload size, compressed size, ?, minor, major, arch, name offset, name size, flags
+_ENTRY = struct.Struct("<HHIQIIHHIIIQ")
+_ENTRY_ELF, _ENTRY_PTX = 2, 1
+_ENTRY_ARCH_SPECIFIC = 0x100000  # the `a` targets (sm_90a, sm_120a)
+_ENTRY_FAMILY = 0x200000  # the `f` targets (sm_120f)
+_COMPAT_ARCH_SPECIFIC = 9  # .nv.compat attribute of a standalone cubin: nonzero for an `a` target
+
+
+def _suffix(flags: int) -> str:
+    return "a" if flags & _ENTRY_ARCH_SPECIFIC else "f" if flags & _ENTRY_FAMILY else ""
+
+
+def _elf_sections(data: Any) -> dict[str, tuple[int, int]]:
+    """Section name -> (offset, size) of a 64-bit little-endian ELF image."""
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shoff == 0 or shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
+        return {}
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = headers[shstrndx][4]
+    out = {}
+    for name_at, _, _, _, offset, size in headers:
+        end = data.find(b"\0", names + name_at)
+        out[bytes(data[names + name_at : end]).decode("ascii", "replace")] = (offset, size)
+    return out
+
+
+def _cubin_target(data: Any) -> Optional[str]:
+    """The target of a standalone cubin (an ELF file for EM_CUDA), or None when `data` is not one."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or struct.unpack_from("<H", data, 18)[0] != EM_CUDA:
+        return None
+    abi, flags = data[8], struct.unpack_from("<I", data, 48)[0]
+    # ABI 8 (CUDA 12.9 and newer) keeps the SM number in bits 8-15, older ABIs in bits 0-7.
+    sm = (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+    compat = _elf_sections(data).get(".nv.compat")
+    if compat:
+        # attributes: format byte, attribute byte, then (format 2/3) a 16-bit value or (format 4) a 16-bit size and data
+        pos, end, specific = compat[0], compat[0] + compat[1], False
+        while pos + 4 <= end:
+            fmt, attr, value = data[pos], data[pos + 1], struct.unpack_from("<H", data, pos + 2)[0]
+            if attr == _COMPAT_ARCH_SPECIFIC:
+                specific = value != 0
+            pos += 4 + (value if fmt == 4 else 0)
+    else:  # EF_CUDA_ACCELERATORS: bit 11 before ABI 8, bit 3 in ABI 8 (CUDA 12.9)
+        specific = bool(flags & (0x8 if abi >= 8 else 0x800))
+    return f"sm_{sm}" + ("a" if specific else "")
+
+
+def _fatbin_targets(data: Any) -> list[str]:
+    """The entries of every fat binary embedded in `data` (a host object or shared library)."""
+    found: list[str] = []
+    start = data.find(FATBIN_MAGIC)
+    while start != -1:
+        if start + _FATBIN.size <= len(data):
+            _, _, header_size, payload = _FATBIN.unpack_from(data, start)
+            entry, end = start + header_size, min(start + header_size + payload, len(data))
+            while entry + _ENTRY.size <= end:
+                kind, _, entry_header, size, _, _, _, _, arch, _, _, flags = _ENTRY.unpack_from(data, entry)
+                if kind not in (_ENTRY_ELF, _ENTRY_PTX) or entry_header < _ENTRY.size:
+                    break
+                if kind == _ENTRY_ELF:  # cuobjdump names family cubins without their `f`
+                    found.append(f"sm_{arch}" + ("a" if flags & _ENTRY_ARCH_SPECIFIC else ""))
+                else:
+                    found.append(f"compute_{arch}{_suffix(flags)}")
+                entry += entry_header + size
+        start = data.find(FATBIN_MAGIC, start + 4)
+    return found
+
+
+def gpu_code(path: str | os.PathLike[str]) -> list[str]:
+    """Sorted, unique GPU targets of a cubin, object or shared library, read without cuobjdump."""
+    if os.path.getsize(path) == 0:
+        return []
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        direct = _cubin_target(data)
+        return sorted({direct} if direct else set(_fatbin_targets(data)))
+
+
+def cuobjdump_code(cuobjdump: str, path: str | os.PathLike[str]) -> list[str]:
+    """The same list from NVIDIA's cuobjdump: `--list-elf` for cubins, `--list-ptx -all` for PTX."""
+    found: set[str] = set()
+    for args, kind in ((["--list-elf"], "sm"), (["--list-ptx", "-all"], "compute")):
+        proc = subprocess.run([cuobjdump, *args, str(path)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0 and "does not contain device code" not in (proc.stdout + proc.stderr):
+            raise BuildError(f"{cuobjdump} {' '.join(args)} {path} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+        suffix = "cubin" if kind == "sm" else "ptx"
+        for match in re.finditer(rf"\.sm_(\d+[af]?)\.{suffix}\s*$", proc.stdout, re.MULTILINE):
+            found.add(f"{kind}_{match.group(1)}")
+    return sorted(found)
+
+
+def find_cuobjdump(cuda_home: Optional[str] = None) -> Optional[str]:
+    """cuobjdump of the given CUDA home, else of $CUDA_HOME, else on PATH; None when there is none."""
+    for home in (cuda_home, os.environ.get("CUDA_HOME")):
+        if home and os.access(os.path.join(home, "bin", "cuobjdump"), os.X_OK):
+            return os.path.join(home, "bin", "cuobjdump")
+    return shutil.which("cuobjdump")
+
+
+def witness_name(cuobjdump: Optional[str]) -> str:
+    return f"cuobjdump --list-elf ({cuobjdump})" if cuobjdump else "built-in ELF/fatbin reader"
+
+
+def read_gpu_code(path: str | os.PathLike[str], cuobjdump: Optional[str] = None) -> list[str]:
+    return cuobjdump_code(cuobjdump, path) if cuobjdump else gpu_code(path)
+
+
+def arch_targets(arch: str, ptx_ok: bool = False) -> list[str]:
+    """The targets that satisfy a compute capability: '12.0' -> sm_120, sm_120a, sm_120f (+ PTX when ptx_ok)."""
+    match = re.fullmatch(r"(\d+)\.?(\d)([af]?)", str(arch).strip())
+    if not match:
+        raise BuildSpecError(f"a compute capability looks like 12.0, 12.0a or 12.0f, found {arch!r}")
+    number, suffix = match.group(1) + match.group(2), match.group(3)
+    suffixes = {"": ["", "a", "f"], "a": ["a"], "f": ["f", ""]}[suffix]
+    kinds = ["sm", "compute"] if ptx_ok else ["sm"]
+    return [f"{kind}_{number}{s}" for kind in kinds for s in suffixes]
+
+
+def carries(targets: Sequence[str], arch: str, ptx_ok: bool = False) -> bool:
+    wanted = set(arch_targets(arch, ptx_ok))
+    return any(t in wanted for t in targets)
+
+
 # ---------------------------------------------------------------- verification
 
 
@@ -301,63 +472,103 @@ class SharedObject:
     path: str
     targets: list[str]
     cudart: list[str]
+    rule: str = "must carry the target"
 
 
-def verify_wheel(wheel: str | os.PathLike[str], rules: Mapping[str, Any], cuobjdump: Optional[str] = None) -> dict[str, Any]:
-    """Unpack a wheel's shared objects and check GPU targets and the CUDA runtime they link.
+def _matching(path: str, patterns: Any) -> list[str]:
+    return [p for p in patterns if fnmatch.fnmatchcase(path, p)]
 
-    Raises BuildError with what was found. Returns the evidence recorded in manifests.
-    """
-    wheel = Path(wheel)
-    arch = str(rules.get("cuda_arch", "")).rstrip("af").replace(".", "")
-    device_code = rules.get("device_code", "required")
-    want_cudart = str(rules["cudart"]) if rules.get("cudart") is not None else None
+
+def read_wheel(wheel: str | os.PathLike[str], rules: Mapping[str, Any], cuobjdump: Optional[str] = None) -> list[SharedObject]:
+    """The shared objects of a wheel: GPU targets, linked libcudart majors, the rule that applies."""
+    exempt = dict(rules.get("other_arch_objects", {}))
     objects: list[SharedObject] = []
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="verify-") as tmp, zipfile.ZipFile(wheel) as archive:
         for member in archive.namelist():
             if not re.search(r"\.so(\.\d+)*$", member):
                 continue
             target = Path(tmp) / "lib.so"
-            target.write_bytes(archive.read(member))
+            with archive.open(member) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
             needed = elf_needed(str(target)) or []
-            targets = _cuobjdump_targets(cuobjdump, str(target)) if cuobjdump else gpu_targets(str(target))
-            objects.append(SharedObject(member, targets, cudart_major(needed)))
+            reasons = [exempt[p] for p in _matching(member, exempt)]
+            rule = f"other architectures on purpose: {reasons[0]}" if reasons else "must carry the target"
+            objects.append(SharedObject(member, read_gpu_code(target, cuobjdump), cudart_major(needed), rule))
+    return objects
+
+
+def check_objects(name: str, objects: Sequence[SharedObject], rules: Mapping[str, Any], check_patterns: bool = True) -> None:
+    """Raise BuildError naming every object of wheel `name` that breaks `rules` (see verify_wheel)."""
+    arch = str(rules.get("cuda_arch", ""))
+    ptx_ok = bool(rules.get("ptx_ok"))
+    device_code = rules.get("device_code", "required")
+    want_cudart = str(rules["cudart"]) if rules.get("cudart") is not None else None
+    required = list(rules.get("arch_objects", []))
+    exempt = dict(rules.get("other_arch_objects", {}))
+    problems: list[str] = []
     with_code = [o for o in objects if o.targets]
     if device_code == "required" and not with_code:
         problems.append(f"no shared object with GPU code (shared objects: {', '.join(o.path for o in objects) or 'none'})")
     if device_code != "none":
-        for obj in with_code:
-            has_sm = f"sm_{arch}" in obj.targets
-            has_ptx = f"compute_{arch}" in obj.targets
-            if not (has_sm or (rules.get("ptx_ok") and has_ptx)):
-                wanted = f"sm_{arch}" + (f" or compute_{arch} PTX" if rules.get("ptx_ok") else "")
-                problems.append(f"{obj.path}: expected {wanted}, found {', '.join(obj.targets)}")
+        wanted = " or ".join(arch_targets(arch, ptx_ok))
+        for obj in objects:
+            must = bool(_matching(obj.path, required))
+            if _matching(obj.path, exempt) and not must:
+                continue
+            if (obj.targets or must) and not carries(obj.targets, arch, ptx_ok):
+                problems.append(f"{obj.path}: expected {wanted}, found {', '.join(obj.targets) or 'no GPU code'}")
+        if check_patterns:
+            problems += unmatched_arch_objects(rules, [o.path for o in objects])
     if want_cudart:
         for obj in objects:
             wrong = [m for m in obj.cudart if m != want_cudart]
             if wrong:
                 problems.append(f"{obj.path}: links libcudart.so.{wrong[0]}, expected libcudart.so.{want_cudart}")
     if problems:
-        raise BuildError(f"{wheel.name} rejected: " + "; ".join(problems))
+        raise BuildError(f"{name} rejected: " + "; ".join(problems))
+
+
+def verify_wheel(
+    wheel: str | os.PathLike[str],
+    rules: Mapping[str, Any],
+    cuobjdump: Optional[str] = None,
+    check_patterns: bool = True,
+) -> dict[str, Any]:
+    """Unpack a wheel's shared objects and check GPU targets and the CUDA runtime they link.
+
+    Every shared object with GPU code must carry machine code for `cuda_arch` (sm_120, sm_120a or
+    sm_120f for 12.0), except those `other_arch_objects` names with a reason; every
+    `arch_objects` pattern must match an object that does. Raises BuildError naming each object
+    that fails. Returns the evidence recorded in manifests (which reader saw what).
+    """
+    wheel = Path(wheel)
+    objects = read_wheel(wheel, rules, cuobjdump)
+    check_objects(wheel.name, objects, rules, check_patterns)
     return {
         "wheel": wheel.name,
         "sha256": file_sha256(wheel),
-        "witness": f"cuobjdump --list-elf ({cuobjdump})" if cuobjdump else "built-in ELF/fatbin reader",
+        "witness": witness_name(cuobjdump),
         "shared_objects": [asdict(o) for o in objects],
     }
 
 
-def _cuobjdump_targets(cuobjdump: str, path: str) -> list[str]:
-    found: set[str] = set()
-    for flag, pattern in (("--list-elf", r"\.(sm_\d+[af]?)\.cubin"), ("--list-ptx", r"\.(sm_\d+[af]?)\.ptx")):
-        proc = subprocess.run([cuobjdump, flag, path], capture_output=True, text=True, check=False)
-        if proc.returncode != 0 and "does not contain device code" not in (proc.stdout + proc.stderr):
-            raise BuildError(f"{cuobjdump} {flag} {path} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-        for match in re.finditer(pattern, proc.stdout):
-            target = match.group(1).rstrip("af")
-            found.add(target if flag == "--list-elf" else target.replace("sm_", "compute_"))
-    return sorted(found)
+def unmatched_arch_objects(rules: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
+    """The `arch_objects` patterns that match none of `paths` (a renamed or missing kernel library)."""
+    return [
+        f"verify.arch_objects {p!r} matches no shared object (found: {', '.join(paths) or 'none'})"
+        for p in rules.get("arch_objects", [])
+        if not any(fnmatch.fnmatchcase(path, p) for path in paths)
+    ]
+
+
+def verify_wheels(wheels: Sequence[Path], rules: Mapping[str, Any], cuobjdump: Optional[str] = None) -> list[dict[str, Any]]:
+    """verify_wheel for each wheel of one artifact; the `arch_objects` patterns may match in any of them."""
+    evidence = [verify_wheel(w, rules, cuobjdump, check_patterns=len(wheels) == 1) for w in wheels]
+    if len(wheels) > 1 and rules.get("device_code", "required") != "none":
+        missing = unmatched_arch_objects(rules, [o["path"] for e in evidence for o in e["shared_objects"]])
+        if missing:
+            raise BuildError("; ".join(missing))
+    return evidence
 
 
 # ---------------------------------------------------------------- the host side: cache and jobs
@@ -486,44 +697,103 @@ def start(
     cuda_home: str,
     check: bool = False,
 ) -> dict[str, Any]:
-    """Start the detached build of `item` unless its key is cached or a build of it is running."""
+    """Start the detached build of `item` unless its key is cached or a build of it exists.
+
+    Re-attaches instead of starting another: a build of this key that is still running (its
+    recorded process, identified by pid, process start time and boot) returns `running`; one
+    that ended while nobody watched (the controller died) returns `ended`, for wait() to verify
+    and cache. Only a build that is gone without an exit status (host rebooted, killed) is
+    started anew. A lock keeps two runs from starting the same key twice.
+    """
     name, key = item["name"], item["key"]
     record = cached(root, name, key)
     if record is not None:
         return {"status": "cached", "changed": False, "artifact": record}
     work = work_dir(root, name, key)
+    with _start_lock(root, name, key, check):
+        found = attached(root, name, key)
+        if found is not None:
+            return found
+        if check:
+            return {"status": "would-build", "changed": True}
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        log = log_path(root, name, key)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        script = work / "build.sh"
+        script.write_text(build_script(item, root, staged, python, dep_dirs, jobs, cuda_home), encoding="utf-8")
+        script.chmod(0o755)
+        rc = _q(str(work / "rc"))
+        wrapper = f"bash {_q(str(script))} > {_q(str(log))} 2>&1; echo $? > {rc}.tmp; mv {rc}.tmp {rc}"
+        proc = subprocess.Popen(
+            ["bash", "-c", wrapper],
+            cwd=str(work),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+        job = {
+            "pid": proc.pid,
+            "proc_start": _proc_start(proc.pid),
+            "boot_id": _boot_id(),
+            "started": time.time(),
+            "log": str(log),
+            "key": key,
+            "timeout_minutes": item["spec"].get("timeout_minutes", 600),
+        }
+        tmp = work / "job.json.tmp"
+        tmp.write_text(json.dumps(job), encoding="utf-8")
+        os.replace(tmp, work / "job.json")
+    return {"status": "started", "changed": True, "log": str(log), "started": job["started"], "pid": proc.pid}
+
+
+def attached(root: str | os.PathLike[str], name: str, key: str) -> Optional[dict[str, Any]]:
+    """The build of this key a previous run left behind: `running` (still alive) or `ended`
+    (exit status written, not yet verified); None when there is none or it is gone."""
+    work = work_dir(root, name, key)
     job = _read_job(work)
-    if job and _alive(job) and not (work / "rc").exists():
-        return {"status": "running", "changed": False, "log": job["log"], "started": job["started"]}
-    if check:
-        return {"status": "would-build", "changed": True}
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    log = log_path(root, name, key)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    script = work / "build.sh"
-    script.write_text(build_script(item, root, staged, python, dep_dirs, jobs, cuda_home), encoding="utf-8")
-    script.chmod(0o755)
-    rc = _q(str(work / "rc"))
-    wrapper = f"bash {_q(str(script))} > {_q(str(log))} 2>&1; echo $? > {rc}.tmp; mv {rc}.tmp {rc}"
-    proc = subprocess.Popen(
-        ["bash", "-c", wrapper],
-        cwd=str(work),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
-    job = {
-        "pid": proc.pid,
-        "started": time.time(),
-        "log": str(log),
-        "key": key,
-        "timeout_minutes": item["spec"].get("timeout_minutes", 600),
-    }
-    (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
-    return {"status": "started", "changed": True, "log": str(log), "started": job["started"]}
+    if job is None or job.get("key") != key:
+        return None
+    info = {"changed": False, "log": job["log"], "started": job["started"], "pid": job["pid"], "reattached": True}
+    if (work / "rc").exists():
+        return {"status": "ended", **info}
+    if _alive(job):
+        return {"status": "running", **info}
+    return None
+
+
+@contextlib.contextmanager
+def _start_lock(root: str | os.PathLike[str], name: str, key: str, check: bool) -> Any:
+    if check:  # check mode changes nothing, not even a lock file
+        yield
+        return
+    lock = Path(root) / "work" / f".{name}-{key[:12]}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a", encoding="ascii") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _proc_start(pid: int) -> Optional[int]:
+    """The start time (clock ticks after boot) of a process: with the boot id it tells a reused pid."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> Optional[str]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
 
 
 def _read_job(work: Path) -> Optional[dict[str, Any]]:
@@ -534,14 +804,19 @@ def _read_job(work: Path) -> Optional[dict[str, Any]]:
 
 
 def _alive(job: Mapping[str, Any]) -> bool:
+    """Whether the recorded build process still runs: same pid, same boot, same start time, not a zombie."""
     try:
-        os.kill(int(job["pid"]), 0)
-    except (OSError, ValueError, KeyError):
+        pid = int(job["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    # A zombie (our own exited child) is not alive; a reused pid would not have our work dir open.
+    if job.get("boot_id") and _boot_id() and job["boot_id"] != _boot_id():
+        return False  # the host rebooted: the pid belongs to something else
+    if job.get("proc_start") is not None and _proc_start(pid) not in (None, job["proc_start"]):
+        return False  # the pid was reused
     try:
-        with open(f"/proc/{int(job['pid'])}/stat", encoding="ascii") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
 
@@ -607,7 +882,7 @@ def wait(
         _discard(work)
         raise BuildError(f"{name}: build succeeded but left no wheel in $WHEEL_DIR; nothing cached; log {job['log']}")
     try:
-        evidence = [verify_wheel(w, item["spec"]["verify"], cuobjdump) for w in wheels]
+        evidence = verify_wheels(wheels, item["spec"]["verify"], cuobjdump)
     except BuildError as exc:
         _discard(work)
         raise BuildError(f"{name}: {exc}; nothing cached") from exc

@@ -1,13 +1,15 @@
 """SGLang launch flags: the flag table read statically from a release's server_args.py, profile
 validation, cross-checks, and the systemd ExecStart rendering.
 
-Plain Python, standard library only, no Ansible imports; library/sglang_flags.py wraps it.
+Plain Python, standard library only, no Ansible imports; flag_rules.py builds the checker on it.
 
 The table comes from ``ServerArgs.add_cli_args``: every ``parser.add_argument("--name", "--alias",
 type=..., choices=..., action=..., nargs=...)`` call, with ``choices`` given by name resolved from
-module-level list constants. Nothing is imported, so this works where torch is absent. Where the
-release's SGLang *can* be imported, ``IMPORT_CHECK`` runs SGLang's own parser with abbreviations
-refused, and its verdict wins.
+module-level list constants, plus (0.5.2x) the annotated dataclass fields of ``srt/arg_groups/fields``
+that ``add_cli_args_from_dataclass`` turns into flags. Nothing is imported, so this works where
+torch is absent. Where the release's SGLang *can* be imported, flag_rules.check_launch runs
+SGLang's own parser with abbreviations refused, and its verdict wins; flag_rules also holds the
+hardware rules (what a version accepts but fails on with SM120 / PCIe / MLA).
 
 A profile is a mapping of canonical flag name (without ``--``) to value: ``true`` is a switch,
 ``false`` / ``null`` omit the flag, lists are expanded for flags that take several values.
@@ -54,16 +56,178 @@ class Validation:
         return not self.errors
 
 
-def read_server_args(sglang: str | Path) -> str:
-    """server_args.py from an installed sglang/ directory or from a wheel."""
+def package_dir(sglang: str | Path) -> Path:
+    """The sglang/ package directory of an installed package, an unpacked wheel's root, or a wheel."""
     path = Path(sglang)
+    if path.is_dir() and not (path / SERVER_ARGS).is_file() and (path / "sglang" / SERVER_ARGS).is_file():
+        return path / "sglang"
+    return path
+
+
+def read_server_args(sglang: str | Path) -> str:
+    """server_args.py from an installed sglang/ directory (or the directory holding it) or from a wheel."""
+    return read_sources(sglang, [SERVER_ARGS])[SERVER_ARGS]
+
+
+def read_sources(sglang: str | Path, extra_prefixes: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """Path relative to the sglang package -> text: server_args.py (required) and every .py file under
+    each of ``extra_prefixes`` (e.g. ``srt/arg_groups/``, where 0.5.2x declares its flags)."""
+    path = package_dir(sglang)
+    wanted = [SERVER_ARGS, *extra_prefixes]
+    out: dict[str, str] = {}
     try:
         if path.is_file() and path.suffix == ".whl":
             with zipfile.ZipFile(path) as archive:
-                return archive.read(f"sglang/{SERVER_ARGS}").decode("utf-8")
-        return (path / SERVER_ARGS).read_text(encoding="utf-8")
-    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+                for name in archive.namelist():
+                    rel = name.removeprefix("sglang/")
+                    if name.startswith("sglang/") and any(
+                        rel == w or (w.endswith("/") and rel.startswith(w) and rel.endswith(".py")) for w in wanted
+                    ):
+                        out[rel] = archive.read(name).decode("utf-8")
+        else:
+            out[SERVER_ARGS] = (path / SERVER_ARGS).read_text(encoding="utf-8")
+            for prefix in extra_prefixes:
+                base = path / prefix
+                if not prefix.endswith("/") and base.is_file():
+                    out[prefix] = base.read_text(encoding="utf-8")
+                elif base.is_dir():
+                    for file in sorted(base.rglob("*.py")):
+                        out[file.relative_to(path).as_posix()] = file.read_text(encoding="utf-8")
+        if SERVER_ARGS not in out:
+            raise KeyError(SERVER_ARGS)
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
         raise FlagError(f"{path}: not an SGLang package or wheel with {SERVER_ARGS} ({exc})") from exc
+    return out
+
+
+def sglang_version(sglang: str | Path) -> Optional[str]:
+    """The release version: the wheel's file name, else ``_version.py`` / ``version.py``, else a
+    dist-info directory next to the package; None when none says."""
+    path = package_dir(sglang)
+    if path.is_file():
+        match = re.match(r"sglang-([0-9][^-]*)-", path.name)
+        return match.group(1) if match else None
+    for name in ("_version.py", "version.py"):
+        try:
+            match = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", (path / name).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if match:
+            return match.group(1)
+    for info in sorted(path.parent.glob("sglang-*.dist-info")):
+        return info.name.removeprefix("sglang-").removesuffix(".dist-info")
+    return None
+
+
+ARG_GROUPS = "srt/arg_groups/"
+# type_parser names of the dataclass form (0.5.2x) -> kind
+PARSER_KINDS = {"json_list_type": "json", "loads": "json", "nullable_str": "str", "human_readable_int": "str"}
+SCALAR_KINDS = {"str": "str", "int": "int", "float": "float", "bool": "switch"}
+
+
+def _unwrap_type(node: ast.expr) -> ast.expr:
+    """Optional[X], X | None, Union[X, None] -> X."""
+    if isinstance(node, ast.Subscript) and getattr(node.value, "id", getattr(node.value, "attr", "")) in ("Optional",):
+        return _unwrap_type(node.slice)
+    if isinstance(node, ast.Subscript) and getattr(node.value, "id", getattr(node.value, "attr", "")) == "Union":
+        elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        rest = [e for e in elts if not (isinstance(e, ast.Constant) and e.value is None)]
+        return _unwrap_type(rest[0]) if len(rest) == 1 else node
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        for a, b in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(b, ast.Constant) and b.value is None:
+                return _unwrap_type(a)
+    return node
+
+
+def _dataclass_flag(node: ast.AnnAssign, constants: Mapping[str, ast.expr]) -> list[Flag]:
+    """The flag(s) ``add_cli_args_from_dataclass`` derives from one ``name: A[T, "help" | Arg(...)]`` field."""
+    ann = node.annotation
+    if not (isinstance(node.target, ast.Name) and isinstance(ann, ast.Subscript) and getattr(ann.value, "id", "") in ("A", "Annotated")):
+        return []
+    if not isinstance(ann.slice, ast.Tuple) or len(ann.slice.elts) < 2:
+        return []
+    raw, *meta = ann.slice.elts
+    arg = next((m for m in meta if isinstance(m, ast.Call) and getattr(m.func, "id", "") == "Arg"), None)
+    if arg is None and not any(isinstance(m, (ast.Constant, ast.JoinedStr, ast.BinOp)) for m in meta):
+        return []
+    kw = {k.arg: k.value for k in (arg.keywords if arg is not None else []) if k.arg}
+    if isinstance(kw.get("no_cli"), ast.Constant) and kw["no_cli"].value is True:
+        return []
+    cli = kw["cli_name"].value if isinstance(kw.get("cli_name"), ast.Constant) else "--" + node.target.id.replace("_", "-")
+    aliases = _literal_list(kw["aliases"], constants) if "aliases" in kw else []
+    flag = Flag(name=str(cli).removeprefix("--"), aliases=[str(a).removeprefix("--") for a in aliases or []])
+    if "choices" in kw:
+        flag.choices = _literal_list(kw["choices"], constants)
+    inner = _unwrap_type(raw)
+    if "action" in kw:
+        action = kw["action"]
+        if getattr(action, "attr", "") == "BooleanOptionalAction":
+            flag.kind = "switch"
+            return [flag, Flag(name="no-" + flag.name, kind="off-switch")]
+        flag.kind = "custom"
+        return [flag]
+    if isinstance(inner, ast.Subscript) and getattr(inner.value, "id", "") == "Literal":
+        elts = inner.slice.elts if isinstance(inner.slice, ast.Tuple) else [inner.slice]
+        values = [e.value for e in elts if isinstance(e, ast.Constant)]
+        flag.choices = flag.choices or values
+        flag.kind = {bool: "switch", int: "int", float: "float"}.get(type(values[0]), "str") if values else "str"
+    elif isinstance(inner, ast.Subscript) and getattr(inner.value, "id", "") in ("list", "List") and "type_parser" not in kw:
+        flag.nargs = kw["nargs"].value if isinstance(kw.get("nargs"), ast.Constant) else "+"
+        flag.kind = SCALAR_KINDS.get(getattr(inner.slice, "id", "str"), "custom")
+    elif getattr(inner, "id", "") == "bool":
+        flag.kind = "switch"
+    else:
+        if "type_parser" in kw:
+            parser = kw["type_parser"]
+            flag.kind = PARSER_KINDS.get(getattr(parser, "attr", getattr(parser, "id", "")), "custom")
+        else:
+            flag.kind = SCALAR_KINDS.get(getattr(inner, "id", ""), "custom")
+        if isinstance(kw.get("nargs"), ast.Constant):
+            flag.nargs = str(kw["nargs"].value)
+        required = kw.get("required")
+        flag.required = (isinstance(required, ast.Constant) and required.value is True) or (node.value is None and required is None)
+    return [flag]
+
+
+def flag_table_from_sources(sources: Mapping[str, str]) -> dict[str, Flag]:
+    """Canonical name -> Flag from a release's sources: the ``add_argument`` calls of
+    ``add_cli_args`` (every version) plus, where the release declares its flags as annotated
+    dataclass fields (0.5.2x ``srt/arg_groups/fields``), those fields."""
+    constants: dict[str, ast.expr] = {}
+    trees: dict[str, ast.Module] = {}
+    for rel, text in sources.items():
+        try:
+            trees[rel] = ast.parse(text)
+        except SyntaxError as exc:
+            if rel == SERVER_ARGS:
+                raise FlagError(f"server_args.py does not parse: {exc}") from exc
+            continue
+        constants.update(_constants(trees[rel]))
+    table: dict[str, Flag] = {}
+    for rel, tree in trees.items():
+        if not (rel == SERVER_ARGS or rel.startswith(ARG_GROUPS + "fields/")):
+            continue
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            if rel == SERVER_ARGS and cls.name != "ServerArgs":
+                continue
+            for node in cls.body:
+                if isinstance(node, ast.AnnAssign):
+                    for flag in _dataclass_flag(node, constants):
+                        table.setdefault(flag.name, flag)
+    try:
+        manual = flag_table(sources[SERVER_ARGS], constants)
+    except FlagError:
+        if not table:
+            raise
+        manual = {}
+    table.update(manual)
+    return table
+
+
+def release_flag_table(sglang: str | Path) -> dict[str, Flag]:
+    """The static flag table of the SGLang at ``sglang`` (package dir, unpacked wheel, or wheel)."""
+    return flag_table_from_sources(read_sources(sglang, [ARG_GROUPS]))
 
 
 def _constants(tree: ast.Module) -> dict[str, ast.expr]:
@@ -101,13 +265,13 @@ def _find_add_cli_args(tree: ast.Module) -> ast.FunctionDef:
     raise FlagError("no add_cli_args function in server_args.py")
 
 
-def flag_table(source: str) -> dict[str, Flag]:
-    """Canonical name -> Flag, from server_args.py source."""
+def flag_table(source: str, extra_constants: Optional[Mapping[str, ast.expr]] = None) -> dict[str, Flag]:
+    """Canonical name -> Flag, from server_args.py source (the ``add_argument`` calls)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise FlagError(f"server_args.py does not parse: {exc}") from exc
-    constants = _constants(tree)
+    constants = {**(extra_constants or {}), **_constants(tree)}
     table: dict[str, Flag] = {}
     for node in ast.walk(_find_add_cli_args(tree)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
@@ -224,28 +388,6 @@ def validate(table: Mapping[str, Flag], profile: Mapping[str, Any]) -> Validatio
     return Validation(argv=argv, errors=errors, warnings=[])
 
 
-def cross_check(profile: Mapping[str, Any], applied_patches: list[str], gpu_major: int) -> tuple[list[str], list[str]]:
-    """(errors, warnings) that need more than one flag, or the patch state, to see."""
-    flags = {str(k).removeprefix("--"): v for k, v in profile.items()}
-    errors: list[str] = []
-    warnings: list[str] = []
-    algorithm = flags.get("speculative-algorithm")
-    if algorithm in ("EAGLE", "EAGLE3") and not flags.get("speculative-draft-model-path"):
-        errors.append(f"--speculative-algorithm {algorithm} needs --speculative-draft-model-path")
-    if gpu_major == 12 and flags.get("enable-torch-symm-mem") is True and "torch_symm_mem_sm120" not in applied_patches:
-        errors.append("--enable-torch-symm-mem on compute capability 12 raises KeyError: 12 without the torch_symm_mem_sm120 patch")
-    if (
-        gpu_major == 12
-        and flags.get("enable-flashinfer-allreduce-fusion") is True
-        and "flashinfer_allreduce_fusion_sm120" not in applied_patches
-    ):
-        warnings.append(
-            "--enable-flashinfer-allreduce-fusion is a no-op on SM120: SGLang 0.5.9 gates it to SM90/SM100 "
-            "(patch flashinfer_allreduce_fusion_sm120 is off)"
-        )
-    return errors, warnings
-
-
 def systemd_quote(arg: str) -> str:
     """One ExecStart argument: % and $ escaped, quoted when it has spaces, quotes or backslashes."""
     text = arg.replace("%", "%%").replace("$", "$$")
@@ -266,22 +408,3 @@ def exec_start(python: str, module: str, argv: list[str]) -> str:
     if current:
         lines.append(" ".join(current))
     return " \\\n    ".join(lines)
-
-
-# Run with the release's Python: SGLang's own parser, abbreviations refused. Prints one JSON line.
-IMPORT_CHECK = r"""
-import argparse, json, sys
-try:
-    from sglang.srt.server_args import ServerArgs
-except Exception as exc:
-    print(json.dumps({"mode": "static", "reason": f"{type(exc).__name__}: {exc}"[:300]}))
-    sys.exit(0)
-parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-ServerArgs.add_cli_args(parser)
-try:
-    parser.parse_args(sys.argv[1:])
-except (argparse.ArgumentError, SystemExit) as exc:
-    print(json.dumps({"mode": "import", "ok": False, "error": str(exc)}))
-    sys.exit(0)
-print(json.dumps({"mode": "import", "ok": True}))
-"""

@@ -37,4 +37,29 @@ def test_cuda_arch_requires_sm_120(cuda_home, tmp_path):
     ok = run(str(ROOT / "bin/cuda-arch"), "--require", "12.0", str(tmp_path / "k120.o"))
     assert ok.returncode == 0 and ok.stdout.strip().endswith(": sm_120")
     bad = run(str(ROOT / "bin/cuda-arch"), "--require", "12.0", str(tmp_path / "k90.o"))
-    assert bad.returncode == 1 and "expected sm_120 machine code, found sm_90" in bad.stderr
+    assert bad.returncode == 1 and "expected sm_120 or sm_120a or sm_120f machine code, found sm_90" in bad.stderr
+
+
+def test_cuda_arch_names_suffixed_cubins_as_cuobjdump_and_requires_12_0_family(cuda_home, cuobjdump, tmp_path):
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(int *x) { *x = 1; }\n")
+    codes = {"120": "sm_120", "120a": "sm_120a", "120f": "sm_120", "121a": "sm_121a", "100a": "sm_100a", "90a": "sm_90a"}
+    for arch in codes:
+        subprocess.run(
+            [cuda_home / "bin/nvcc", "-gencode", f"arch=compute_{arch},code=sm_{arch}", "-c", "-o", tmp_path / f"k{arch}.o", source],
+            check=True,
+        )
+    objects = [str(tmp_path / f"k{arch}.o") for arch in codes]
+    for reader in (["--builtin"], ["--cuobjdump", str(cuobjdump)]):
+        listing = run(str(ROOT / "bin/cuda-arch"), *reader, *objects)
+        assert listing.returncode == 0, listing.stderr
+        assert listing.stdout.splitlines() == [f"{tmp_path}/k{arch}.o: {name}" for arch, name in codes.items()]
+        required = run(str(ROOT / "bin/cuda-arch"), *reader, "--require", "12.0", *objects)
+        assert required.returncode == 1
+        assert [line.rsplit("/", 1)[1] for line in required.stdout.splitlines()] == [
+            "k120.o: sm_120",
+            "k120a.o: sm_120a",
+            "k120f.o: sm_120",
+        ]
+        for refused in ("121a", "100a", "90a"):
+            assert f"k{refused}.o: expected sm_120 or sm_120a or sm_120f machine code, found sm_{refused}" in required.stderr

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from build_pipeline import (
     BuildError,
     BuildSpecError,
+    attached,
     cached,
     derive_jobs,
     plan,
@@ -23,7 +25,6 @@ from build_pipeline import (
     wait,
     work_dir,
 )
-
 from conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sm120-probe"
@@ -131,14 +132,16 @@ def test_sm120_wheel_passes_with_both_witnesses(cuda_home: Path, cuobjdump: Path
     builtin = verify_wheel(wheel, rules)
     witnessed = verify_wheel(wheel, rules, str(cuobjdump))
     assert (
-        builtin["shared_objects"] == witnessed["shared_objects"] == [{"path": "probe/libprobe.so", "targets": ["sm_120"], "cudart": ["13"]}]
+        builtin["shared_objects"]
+        == witnessed["shared_objects"]
+        == [{"path": "probe/libprobe.so", "targets": ["sm_120"], "cudart": ["13"], "rule": "must carry the target"}]
     )
     assert "cuobjdump" in witnessed["witness"]
 
 
 def test_wheel_without_sm120_is_rejected(cuda_home: Path, cuobjdump: Path, tmp_path: Path) -> None:
     wheel = build_probe(cuda_home, tmp_path, PROBE_ARCH="90")
-    with pytest.raises(BuildError, match=r"probe/libprobe\.so: expected sm_120, found sm_90"):
+    with pytest.raises(BuildError, match=r"probe/libprobe\.so: expected sm_120 or sm_120a or sm_120f, found sm_90"):
         verify_wheel(wheel, {"cuda_arch": "12.0", "device_code": "required"}, str(cuobjdump))
 
 
@@ -217,3 +220,51 @@ def test_interrupted_build_caches_nothing(cuda_home: Path, tmp_path: Path) -> No
     with pytest.raises(BuildError, match="interrupted"):
         wait(item, str(tmp_path), 5)
     assert cached(tmp_path, "slow", item["key"]) is None and not work_dir(tmp_path, "slow", item["key"]).exists()
+
+
+# ---------------------------------------------------------------- re-attaching after the controller died
+
+
+def test_second_run_reattaches_to_the_running_build_and_waits_for_it(cuda_home: Path, tmp_path: Path) -> None:
+    spec = probe("long")
+    spec["build"] = "sleep 3\n" + spec["build"]
+    item = plan([spec], CONTEXT)[0].to_dict()
+    first = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    assert first["status"] == "started"
+    # the first controller polls a while, then dies: nothing more from it
+    assert wait(item, str(tmp_path), 0.2)["done"] is False
+    job = json.loads((work_dir(tmp_path, "long", item["key"]) / "job.json").read_text())
+    again = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    assert again["status"] == "running" and again["reattached"] and again["pid"] == first["pid"] == job["pid"]
+    assert json.loads((work_dir(tmp_path, "long", item["key"]) / "job.json").read_text()) == job  # no second build
+    polls = 0
+    while not (result := wait(item, str(tmp_path), 0.01))["done"]:
+        polls += 1
+    assert result["status"] == "built" and polls > 50  # many short polls, flat: no recursion anywhere
+    assert start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))["status"] == "cached"
+
+
+def test_build_that_ended_unwatched_is_verified_not_restarted(cuda_home: Path, tmp_path: Path) -> None:
+    item = plan([probe("unwatched")], CONTEXT)[0].to_dict()
+    first = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    rc = work_dir(tmp_path, "unwatched", item["key"]) / "rc"
+    deadline = time.monotonic() + 120
+    while not rc.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    again = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    assert again["status"] == "ended" and again["pid"] == first["pid"]
+    result = wait(item, str(tmp_path), 5)
+    assert result["status"] == "built" and result["artifact"]["wheels"][0]["shared_objects"][0]["targets"] == ["sm_120"]
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_build(cuda_home: Path, tmp_path: Path) -> None:
+    item = plan([probe("stale")], CONTEXT)[0].to_dict()
+    work = work_dir(tmp_path, "stale", item["key"])
+    work.mkdir(parents=True)
+    # a record left by a build whose process is gone; its pid now belongs to this test process
+    job = {"pid": os.getpid(), "proc_start": 1, "started": time.time(), "log": str(tmp_path / "x.log"), "key": item["key"]}
+    (work / "job.json").write_text(json.dumps({**job, "timeout_minutes": 5}))
+    assert attached(tmp_path, "stale", item["key"]) is None
+    started = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    assert started["status"] == "started" and started["pid"] != os.getpid()
+    assert wait(item, str(tmp_path), 60)["status"] == "built"

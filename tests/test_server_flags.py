@@ -1,21 +1,24 @@
-"""Launch-flag validation on the real SGLang 0.5.9 server_args.py (read from the wheel, never imported)."""
+"""Launch-flag validation on the real SGLang 0.5.9 and 0.5.23 sources (read from the wheels, never
+imported here), and the hardware rules of flag_rules."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from server_flags import FlagError, cross_check, exec_start, flag_table, read_server_args, systemd_quote, validate
 
 from conftest import ROOT
+from flag_rules import ACK_TOPK_TREE_ON_MLA, check_launch, hardware_rules, run_import_check
+from server_flags import FlagError, exec_start, flag_table, read_server_args, release_flag_table, sglang_version, systemd_quote, validate
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang"
 WHEEL = CACHE / "sglang-0.5.9-py3-none-any.whl"
+WHEEL_0523 = CACHE / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
+KIMI = "KimiK25ForConditionalGeneration"
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +26,11 @@ def table() -> dict[str, Any]:
     return flag_table(read_server_args(WHEEL))
 
 
-def eagle3_profile() -> dict[str, Any]:
-    """The eagle3 profile of the inventory, with the stack's values filled in."""
+def eagle3_profile(name: str = "eagle3") -> dict[str, Any]:
+    """A profile of the inventory (eagle3 by default), with the stack's values filled in."""
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    text = yaml.safe_dump(service["sglang_profiles"]["eagle3"], sort_keys=False)
+    text = yaml.safe_dump(service["sglang_profiles"][name], sort_keys=False)
     for key, value in stack.items():
         text = text.replace("{{ " + key + " }}", str(value))
     return {**yaml.safe_load(text), "host": "127.0.0.1", "port": 30000}
@@ -47,8 +50,32 @@ def test_the_eagle3_profile_is_valid_and_renders_in_order(table: dict[str, Any])
     result = validate(table, eagle3_profile())
     assert result.errors == []
     assert result.argv[:4] == ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8"]
-    assert "--enable-torch-symm-mem" in result.argv and "--speculative-num-draft-tokens" in result.argv
+    # Upstream's Kimi-K2.5 recipe (#19689), without the two flags that do nothing on SM120 / PCIe.
+    text = " ".join(result.argv)
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in text
+    assert "--enable-torch-symm-mem" not in text and "--enable-flashinfer-allreduce-fusion" not in text
     assert result.argv[-4:] == ["--host", "127.0.0.1", "--port", "30000"]
+
+
+def test_profiles_of_the_inventory() -> None:
+    service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    baseline = service["sglang_profiles"]["baseline"]
+    assert "enable-torch-symm-mem" not in baseline and "enable-flashinfer-allreduce-fusion" not in baseline
+    seed = service["sglang_profiles"]["eagle3_topk4_seed"]
+    assert (seed["speculative-num-steps"], seed["speculative-eagle-topk"], seed["speculative-num-draft-tokens"]) == (2, 4, 16)
+    assert seed[ACK_TOPK_TREE_ON_MLA] is True
+
+
+def test_table_of_0523_is_read_from_its_dataclass_fields() -> None:
+    """0.5.23 declares most flags as annotated dataclass fields (srt/arg_groups/fields), not add_argument."""
+    table = release_flag_table(WHEEL_0523)
+    assert sglang_version(WHEEL_0523) == "0.5.23" and sglang_version(CACHE / "0.5.23") == "0.5.23"
+    assert len(table) > 400 and table.keys() == release_flag_table(CACHE / "0.5.23").keys()
+    assert table["tp-size"].aliases == ["tensor-parallel-size"] and table["tp-size"].kind == "int"
+    assert "flashinfer" in (table["attention-backend"].choices or [])
+    assert table["speculative-eagle-topk"].kind == "int" and table["model-path"].required
+    assert table["enable-flashinfer-allreduce-fusion"].kind == "switch"  # a manual add_argument of add_cli_args
+    assert any("--tp is an abbreviation" in e and "--tp-size" in e for e in validate(table, {"model-path": "/m", "tp": 8}).errors)
 
 
 @pytest.mark.parametrize(
@@ -79,15 +106,59 @@ def test_missing_required_flag(table: dict[str, Any]) -> None:
     assert any("--model-path" in e for e in validate(table, {"tp-size": 8}).errors)
 
 
-def test_cross_checks() -> None:
-    profile = eagle3_profile()
-    errors, warnings = cross_check(profile, ["kimi_k25_eagle3_delegation", "torch_symm_mem_sm120"], 12)
-    assert errors == [] and "no-op on SM120" in warnings[0]
-    errors, _ = cross_check(profile, ["kimi_k25_eagle3_delegation"], 12)
-    assert "KeyError: 12" in errors[0]
-    errors, _ = cross_check({**profile, "speculative-draft-model-path": None}, ["torch_symm_mem_sm120"], 12)
-    assert "needs --speculative-draft-model-path" in errors[0]
-    assert cross_check(profile, [], 10) == ([], [])
+EAGLE = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/d", "attention_backend": "flashinfer"}
+
+
+def texts(findings: list[Any], level: str) -> list[str]:
+    return [f.text() for f in findings if f.level == level]
+
+
+def test_topk_tree_on_mla_is_refused_unless_acknowledged() -> None:
+    values = {**EAGLE, "speculative_eagle_topk": 4}
+    errors = texts(hardware_rules(values, version="0.5.9", model_class=KIMI, gpu_major=12), "error")
+    assert len(errors) == 1 and "#19689" in errors[0] and "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in errors[0]
+    acked = hardware_rules(values, version="0.5.9", model_class=KIMI, gpu_major=12, allow_topk_tree_on_mla=True)
+    assert texts(acked, "error") == [] and "acknowledged" in texts(acked, "warning")[0]
+    assert hardware_rules(values, version="0.5.9", model_class="LlamaForCausalLM", gpu_major=12) == []
+    assert hardware_rules({**values, "attention_backend": "triton"}, version="0.5.9", model_class=KIMI, gpu_major=12) == []
+    assert hardware_rules({**values, "speculative_eagle_topk": "1"}, version="0.5.23", model_class=KIMI, gpu_major=12) == []
+
+
+def test_allreduce_fusion_per_version() -> None:
+    values = {"enable_flashinfer_allreduce_fusion": True}
+    assert "no-op" in texts(hardware_rules(values, version="0.5.9", model_class=KIMI, gpu_major=12), "warning")[0]
+    assert "ValueError" in texts(hardware_rules(values, version="0.5.23", model_class=KIMI, gpu_major=12), "error")[0]
+    # Decided by the release's own source where it has the raise, whatever the version says.
+    source = (CACHE / "0.5.23" / "sglang" / "srt/layers/flashinfer_comm_fusion.py").read_text()
+    assert texts(hardware_rules(values, version="0.5.20", model_class=KIMI, gpu_major=12, fusion_source=source), "error")
+    assert hardware_rules(values, version="0.5.23", model_class=KIMI, gpu_major=10) == []
+
+
+def test_torch_symm_mem_per_version() -> None:
+    values = {"enable_torch_symm_mem": True}
+    assert "KeyError: 12" in texts(hardware_rules(values, version="0.5.13", model_class=KIMI, gpu_major=12), "error")[0]
+    patched = hardware_rules(values, version="0.5.9", model_class=KIMI, gpu_major=12, planned_patches=["torch_symm_mem_sm120"])
+    assert texts(patched, "error") == [] and "never takes effect on PCIe" in texts(patched, "warning")[0]
+    assert texts(hardware_rules(values, version="0.5.14", model_class=KIMI, gpu_major=12), "error") == []
+
+
+def test_eagle_needs_a_draft_model() -> None:
+    errors = texts(hardware_rules({"speculative_algorithm": "EAGLE"}, version="0.5.9", model_class=KIMI, gpu_major=12), "error")
+    assert "--speculative-draft-model-path" in errors[0]
+
+
+def test_profiles_through_the_checker_static() -> None:
+    report = check_launch(WHEEL, profile=eagle3_profile(), model_class=KIMI)
+    assert report.ok and report.parser == "static" and report.warnings == []
+    seed = eagle3_profile("eagle3_topk4_seed")
+    report = check_launch(WHEEL, profile=seed, model_class=KIMI, planned_patches=["torch_symm_mem_sm120"])
+    assert report.ok and not any(a.startswith("--_") for a in report.argv), report.errors
+    assert "--speculative-eagle-topk" in report.argv and len(report.warnings) == 3  # topk acknowledged, two no-ops
+    refused = check_launch(WHEEL, profile={k: v for k, v in seed.items() if k != ACK_TOPK_TREE_ON_MLA}, model_class=KIMI)
+    assert {"#19689" in e.text() or "KeyError: 12" in e.text() for e in refused.errors} == {True} and len(refused.errors) == 2
+    assert not check_launch(WHEEL, profile={**eagle3_profile(), "_no_such_key": 1}, model_class=KIMI).ok
+    refused = check_launch(WHEEL_0523, profile=seed, model_class=KIMI, planned_patches=["torch_symm_mem_sm120"])
+    assert [e.reference for e in refused.errors] == ["sglang #18758, #32330"]
 
 
 def test_exec_start_quotes_for_systemd() -> None:
@@ -112,9 +183,10 @@ def test_not_an_sglang_package(tmp_path: Path) -> None:
         read_server_args(tmp_path)
 
 
-def test_the_import_check_falls_back_without_torch(table: dict[str, Any]) -> None:
-    """This Python cannot import SGLang (no sglang, no torch): the static table must be used."""
-    from server_flags import IMPORT_CHECK
-
-    out = subprocess.run([sys.executable, "-c", IMPORT_CHECK, "--tp-size", "8"], capture_output=True, text=True, check=True)
-    assert '"mode": "static"' in out.stdout
+def test_the_import_check_falls_back_without_torch() -> None:
+    """This Python cannot import SGLang's dependencies: the static table must be used, with the reason."""
+    verdict = run_import_check(sys.executable, CACHE / "0.5.9", ["--tp-size", "8"])
+    assert verdict["mode"] == "static" and "cannot import SGLang's parser" in verdict["reason"]
+    report = check_launch(CACHE / "0.5.9", argv=["--model-path", "/m", "--tp", "8"], model_class=KIMI, python=sys.executable)
+    assert report.parser_line.startswith("parser: static table (cannot import")
+    assert [e.message for e in report.errors] == ["--tp is an abbreviation, which is refused; use --tp-size"]
