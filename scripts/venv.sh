@@ -3,6 +3,11 @@
 #   scripts/venv.sh VENV PYTHON
 set -euo pipefail
 venv=$1 python=$2
+# Never the venv's own python (make puts it first on PATH): it is about to be removed.
+venv_bin=$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")/bin
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$venv_bin" | paste -sd: -)
+hash -r
+python=$(command -v "$python") || { echo "venv: no $2 on PATH" >&2; exit 1; }
 if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && [ -r /etc/debian_version ] && command -v apt-get >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
