@@ -5,13 +5,19 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: cuda_toolkit_verify
-short_description: Check nvcc's version and that a tiny kernel compiles for a GPU architecture
+short_description: Check nvcc's version, the release the tree is, and that a tiny kernel compiles for a GPU architecture
 description:
   - Runs C(CUDA_HOME/bin/nvcc --version) and compares release and build.
+  - Says which release the tree is from what it holds (the CUDA runtime's own version --
+    C(libcudart.so.13.0.88) or the wheels' dist-info --, the dpkg versions of its packages,
+    version.json when present), not from version.json alone. nvcc is V13.0.88 in both CUDA
+    13.0.1 and 13.0.2; only the runtime (13.0.88 vs 13.0.96) tells them apart.
+  - With I(packages), every one of those packages dpkg has installed must be at exactly its version.
   - Compiles a one-line kernel with C(-gencode arch=compute_XY,code=sm_XY) in a temporary
     directory and reads the GPU architecture out of the object itself (its embedded fat
-    binary), so a compiler that exits 0 without emitting sm code still fails.
-  - Reads nothing but the toolkit and a temporary directory; never reports a change.
+    binary, suffix-exact: sm_120a is not sm_120), so a compiler that exits 0 without emitting
+    that code still fails.
+  - Reads nothing but the toolkit, dpkg's database and a temporary directory; never reports a change.
 options:
   cuda_home:
     description: Root of the toolkit tree (for example /usr/local/cuda-13.0).
@@ -26,41 +32,63 @@ options:
     type: str
     required: true
   version:
-    description: Expected C(cuda.version) in the tree's version.json; not checked when omitted.
+    description: Expected CUDA release of the tree (13.0.1); not checked when omitted.
     type: str
+  runtime:
+    description: Expected CUDA runtime version (13.0.88 for 13.0.1); not checked when omitted.
+    type: str
+  runtime_releases:
+    description: Runtime version -> release it belongs to (names what is found).
+    type: dict
+    default: {}
+  packages:
+    description: Debian package -> exact version every installed one must have.
+    type: dict
+    default: {}
+  meta_package:
+    description: The release's meta package (its version counts as evidence of the release).
+    type: str
+    default: ""
+  runtime_packages:
+    description: The runtime's package names (cuda-cudart-13-0).
+    type: list
+    elements: str
+    default: []
   arch:
-    description: Compute capability to compile for (12.0 means sm_120).
+    description: Compute capability to compile for (12.0 means sm_120, 12.0a means sm_120a).
     type: str
     default: "12.0"
 author: sglang-sm120 toolkit
 """
 
 EXAMPLES = r"""
-- name: Ensure nvcc is V13.0.88 and emits sm_120 code
+- name: Ensure nvcc is V13.0.88, the runtime is 13.0.1's and the compiler emits sm_120 code
   cuda_toolkit_verify:
     cuda_home: /usr/local/cuda-13.0
     release: "13.0"
     build: V13.0.88
+    version: 13.0.1
+    runtime: 13.0.88
     arch: "12.0"
 """
 
 RETURN = r"""
 nvcc_release: {description: The release nvcc reports., type: str, returned: success}
 nvcc_build: {description: The build nvcc reports., type: str, returned: success}
-targets: {description: GPU targets found in the compiled probe object., type: list, returned: success}
-version: {description: cuda.version from version.json, if any., type: str, returned: success}
+targets: {description: GPU targets found in the compiled probe object (suffix-exact)., type: list, returned: success}
+version: {description: The release the tree was identified as (empty when unknown)., type: str, returned: success}
+runtime: {description: The CUDA runtime version found., type: str, returned: success}
+identified: {description: What the tree is and on what evidence., type: str, returned: success}
+packages: {description: The given packages dpkg has installed -> their versions., type: dict, returned: success}
 """
 
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_toolkit import (
-    CudaToolkitError,
-    installed_version,
-    parse_nvcc_version,
-    require_target,
-)
+from ansible.module_utils.build_pipeline import gpu_code
+from ansible.module_utils.cuda_toolkit import CudaToolkitError, identify_toolkit, parse_dpkg_query, parse_nvcc_version
 
 PROBE = "__global__ void sm_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
@@ -72,27 +100,59 @@ def main() -> None:
             release=dict(type="str", required=True),
             build=dict(type="str", required=True),
             version=dict(type="str"),
+            runtime=dict(type="str"),
+            runtime_releases=dict(type="dict", default={}),
+            packages=dict(type="dict", default={}),
+            meta_package=dict(type="str", default=""),
+            runtime_packages=dict(type="list", elements="str", default=[]),
             arch=dict(type="str", default="12.0"),
         ),
         supports_check_mode=True,
     )
-    home, arch = module.params["cuda_home"], module.params["arch"]
+    p = module.params
+    home, arch = p["cuda_home"], p["arch"]
+    target = re.fullmatch(r"(\d+)\.?(\d)(a?)", arch.strip())
+    if not target:
+        module.fail_json(msg=f"arch: expected a compute capability like 12.0 or 12.0a, found {arch!r}")
+    code = target.group(1) + target.group(2) + target.group(3)
     nvcc = os.path.join(home, "bin", "nvcc")
     if not os.access(nvcc, os.X_OK):
         module.fail_json(msg=f"expected an executable nvcc at {nvcc}, found none")
     rc, out, err = module.run_command([nvcc, "--version"])
+    wanted_pkgs = {str(k): str(v) for k, v in p["packages"].items()}
+    installed = {}
+    dpkg_query = module.get_bin_path("dpkg-query")
+    names = sorted(set(wanted_pkgs) | set(p["runtime_packages"]) | ({p["meta_package"]} if p["meta_package"] else set()))
+    if dpkg_query and names:
+        installed = parse_dpkg_query(module.run_command([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status} ${Version}\n", *names])[1])
     try:
         found = parse_nvcc_version(out if rc == 0 else err)
-        recorded = installed_version(home)
+        releases = {str(k): str(v) for k, v in p["runtime_releases"].items()}
+        identity = identify_toolkit(home, releases, installed, p["meta_package"], tuple(p["runtime_packages"]))
     except CudaToolkitError as exc:
         module.fail_json(msg=str(exc))
-    wanted = (module.params["release"], module.params["build"])
+    wanted = (p["release"], p["build"])
     if (found.release, found.build) != wanted:
         module.fail_json(msg=f"{nvcc}: expected release {wanted[0]}, {wanted[1]}; found release {found.release}, {found.build}")
-    if module.params["version"] and recorded != module.params["version"]:
-        module.fail_json(msg=f"{home}/version.json: expected CUDA {module.params['version']}, found {recorded}")
+    evidence = "; ".join(identity.evidence + identity.problems)
+    if p["runtime"] and identity.runtime != p["runtime"]:
+        theirs = releases.get(identity.runtime or "", "")
+        module.fail_json(
+            msg=f"{home}: expected the CUDA runtime {p['runtime']}"
+            + (f" ({releases[p['runtime']]}'s)" if p["runtime"] in releases else "")
+            + f", found {identity.runtime or 'none'}"
+            + (f" ({theirs}'s)" if theirs else "")
+            + f" ({evidence}); nvcc {found.build} alone cannot tell them apart"
+        )
+    if p["version"] and identity.release != p["version"]:
+        module.fail_json(msg=f"{home}: expected CUDA {p['version']}, found {identity.release or 'an unknown release'} ({evidence})")
+    drift = {name: version for name, version in installed.items() if name in wanted_pkgs and version != wanted_pkgs[name]}
+    if drift:
+        module.fail_json(
+            msg=f"{home}: packages not at CUDA {p['version'] or found.release}'s versions: "
+            + ", ".join(f"{name} {version} (expected {wanted_pkgs[name]})" for name, version in sorted(drift.items()))
+        )
 
-    code = arch.replace(".", "")
     with tempfile.TemporaryDirectory(prefix="cuda-verify-") as work:
         source, obj = os.path.join(work, "probe.cu"), os.path.join(work, "probe.o")
         with open(source, "w", encoding="ascii") as handle:
@@ -101,11 +161,22 @@ def main() -> None:
         rc, out, err = module.run_command(cmd, cwd=work)
         if rc != 0:
             module.fail_json(msg=f"nvcc could not compile a kernel for sm_{code} (exit {rc}): {(err or out).strip()[-2000:]}")
-        try:
-            targets = require_target(obj, arch)
-        except CudaToolkitError as exc:
-            module.fail_json(msg=f"nvcc exited 0 but the object is wrong: {exc}")
-    module.exit_json(changed=False, nvcc_release=found.release, nvcc_build=found.build, targets=targets, version=recorded)
+        targets = gpu_code(obj)
+        if f"sm_{code}" not in targets:
+            module.fail_json(
+                msg=f"nvcc exited 0 but the object is wrong: {obj}: expected sm_{code} machine code, "
+                f"found {', '.join(targets) or 'no GPU code'}"
+            )
+    module.exit_json(
+        changed=False,
+        nvcc_release=found.release,
+        nvcc_build=found.build,
+        targets=targets,
+        version=identity.release or "",
+        runtime=identity.runtime or "",
+        identified=identity.describe(),
+        packages={name: installed[name] for name in sorted(installed) if name in wanted_pkgs},
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,111 @@
+#!/usr/bin/python
+"""Ansible module: say which CUDA release a toolkit tree is, from what it holds (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cuda_toolkit_identify
+short_description: Identify an installed CUDA toolkit and work out the exact package pins of a release
+description:
+  - Says which release the tree at I(root) is from what it holds, not from version.json alone
+    (NVIDIA's apt packages ship none) -- the CUDA runtime's own version (C(libcudart.so.13.0.88),
+    or the C(nvidia_cuda_runtime-13.0.88.dist-info) of a wheels tree), the dpkg versions of the
+    runtime and meta packages, and version.json when present. Sources that disagree, or a
+    runtime no table knows, leave the release unknown.
+  - Works out the exact Debian package pins of I(version) from its components (NVIDIA's
+    cuda-toolkit meta wheel pins) and NVIDIA's package names, and reports which of them dpkg
+    has installed at which version.
+  - Reads only; never reports a change.
+options:
+  root: {description: Toolkit path (/usr/local/cuda-13.0)., type: path, required: true}
+  version: {description: The release wanted (13.0.1)., type: str, required: true}
+  components: {description: Component wheel -> version of that release; must name nvidia-cuda-runtime., type: dict, required: true}
+  component_packages: {description: Component wheel -> NVIDIA Debian package names ({series} = 13-0)., type: dict, default: {}}
+  meta_packages: {description: Meta package names ({series}); pinned at the release version., type: list, elements: str, default: []}
+  runtime_packages: {description: Package names of the CUDA runtime ({series})., type: list, elements: str, default: []}
+  runtime_releases: {description: Runtime version -> release it belongs to., type: dict, default: {}}
+  apt_revision: {description: Debian revision of NVIDIA's packages (13.0.88-C(1))., type: str, default: "1"}
+author: sglang-sm120 toolkit
+"""
+
+RETURN = r"""
+present: {description: Whether anything is at root., type: bool, returned: success}
+release: {description: The release the tree is, empty when nothing is there or it is unknown., type: str, returned: success}
+runtime: {description: The CUDA runtime version found, if any., type: str, returned: success}
+description: {description: What was found and on what evidence, for messages., type: str, returned: success}
+pins: {description: Debian package -> exact version for the wanted release., type: dict, returned: success}
+installed: {description: The pinned packages dpkg has installed -> their versions., type: dict, returned: success}
+drift: {description: "Pinned packages installed at another version ('name version (expected V)')", type: list, returned: success}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cuda_toolkit import (
+    RUNTIME_COMPONENT,
+    CudaToolkitError,
+    component_pins,
+    debian_series,
+    identify_toolkit,
+    parse_dpkg_query,
+)
+
+
+def dpkg_installed(module: AnsibleModule, names: list[str]) -> dict[str, str]:
+    """name -> version of the given packages dpkg has installed ({} without dpkg)."""
+    dpkg_query = module.get_bin_path("dpkg-query")
+    if not dpkg_query or not names:
+        return {}
+    _, out, _ = module.run_command([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status} ${Version}\n", *names])
+    return parse_dpkg_query(out)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", required=True),
+            version=dict(type="str", required=True),
+            components=dict(type="dict", required=True),
+            component_packages=dict(type="dict", default={}),
+            meta_packages=dict(type="list", elements="str", default=[]),
+            runtime_packages=dict(type="list", elements="str", default=[]),
+            runtime_releases=dict(type="dict", default={}),
+            apt_revision=dict(type="str", default="1"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    components = {str(k): str(v) for k, v in p["components"].items()}
+    if RUNTIME_COMPONENT not in components:
+        module.fail_json(
+            msg=f"cuda_toolkit_components: expected the components of CUDA {p['version']} including {RUNTIME_COMPONENT} "
+            f"(stack_cuda_components), found {', '.join(sorted(components)) or 'none'}"
+        )
+    try:
+        series = debian_series(p["version"])
+        packages = {str(k): [str(n) for n in v] for k, v in p["component_packages"].items()}
+        pins = component_pins(p["version"], components, packages, p["meta_packages"], p["apt_revision"]) if packages else {}
+        runtime_packages = tuple(n.format(series=series) for n in p["runtime_packages"])
+        meta = p["meta_packages"][0].format(series=series) if p["meta_packages"] else ""
+        installed = dpkg_installed(module, sorted(set(pins) | set(runtime_packages) | ({meta} if meta else set())))
+        identity = identify_toolkit(
+            p["root"], {str(k): str(v) for k, v in p["runtime_releases"].items()}, installed, meta, runtime_packages
+        )
+    except CudaToolkitError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(
+        changed=False,
+        present=identity is not None,
+        release=(identity.release or "") if identity else "",
+        runtime=(identity.runtime or "") if identity else "",
+        description=identity.describe() if identity else "nothing",
+        pins=pins,
+        installed={name: version for name, version in installed.items() if name in pins},
+        drift=[
+            f"{name} {version} (expected {pins[name]})"
+            for name, version in sorted(installed.items())
+            if name in pins and version != pins[name]
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+#!/usr/bin/python
+"""Ansible module: prove a CUDA apt repository offers exactly the pinned release, before it is used."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cuda_toolkit_repo_check
+short_description: Check a CUDA apt repository's key and package index before anything changes
+description:
+  - Reads the flat repository's C(Packages.gz) (or C(Packages)) at I(url) and fails, naming the
+    repository and the versions it has, unless every package in I(required) and every other
+    pinned package the repository carries is offered at its pinned version.
+  - With I(fingerprints), fetches I(key) (URL, host path or armored text) and fails unless one of
+    its primary keys has one of those fingerprints.
+  - Reads only (the index is not trusted for anything but this check: apt verifies the signed
+    repository afterwards); never reports a change.
+options:
+  url: {description: Repository URL (https:, http: or file:), ending in /., type: str, required: true}
+  version: {description: The CUDA release wanted, for messages., type: str, required: true}
+  pins: {description: Debian package -> exact version., type: dict, required: true}
+  required: {description: Packages that must be offered at their pinned version., type: list, elements: str, default: []}
+  key: {description: Signing key to check (URL, absolute host path or armored key)., type: str}
+  fingerprints: {description: Allowed fingerprints of the key (hex, spaces ignored)., type: list, elements: str, default: []}
+author: sglang-sm120 toolkit
+"""
+
+RETURN = r"""
+offered: {description: Pinned package -> versions the repository offers., type: dict, returned: success}
+key_fingerprints: {description: Fingerprints of the checked key., type: list, returned: when key and fingerprints are given}
+"""
+
+from urllib.parse import unquote, urlparse
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cuda_toolkit import CudaToolkitError, openpgp_fingerprints, read_packages_index, repository_problems
+from ansible.module_utils.urls import fetch_url
+
+
+def fetch(module: AnsibleModule, url: str) -> bytes | None:
+    """The bytes at ``url`` (file: read directly), or None when it is not there."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        try:
+            with open(unquote(parsed.path), "rb") as handle:
+                return handle.read()
+        except OSError:
+            return None
+    response, info = fetch_url(module, url, timeout=60)
+    if response is None or info.get("status") != 200:
+        return None
+    return response.read()
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            version=dict(type="str", required=True),
+            pins=dict(type="dict", required=True),
+            required=dict(type="list", elements="str", default=[]),
+            key=dict(type="str", no_log=False),
+            fingerprints=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    url = p["url"] if p["url"].endswith("/") else p["url"] + "/"
+    result: dict = {"changed": False}
+    if p["key"] and p["fingerprints"]:
+        key = p["key"]
+        data = key.encode() if "BEGIN PGP" in key else fetch(module, key if "://" in key or key.startswith("file:") else "file://" + key)
+        if data is None:
+            module.fail_json(msg=f"cannot read the repository key {key}; nothing was changed")
+        try:
+            found = openpgp_fingerprints(data)
+        except CudaToolkitError as exc:
+            module.fail_json(msg=f"the repository key {key}: {exc}; nothing was changed")
+        allowed = {f.replace(" ", "").upper() for f in p["fingerprints"]}
+        if not allowed & set(found):
+            module.fail_json(
+                msg=f"the repository key {key} has fingerprint {', '.join(found)}, expected {', '.join(sorted(allowed))} "
+                "(cuda_toolkit_apt_key_fingerprints); nothing was changed"
+            )
+        result["key_fingerprints"] = found
+    data = fetch(module, url + "Packages.gz") or fetch(module, url + "Packages")
+    if data is None:
+        module.fail_json(msg=f"the repository {url} has no Packages.gz or Packages index (is the URL right?); nothing was changed")
+    try:
+        offered = read_packages_index(data)
+    except (OSError, EOFError, ValueError) as exc:
+        module.fail_json(msg=f"the repository {url}: cannot read its package index ({exc}); nothing was changed")
+    pins = {str(k): str(v) for k, v in p["pins"].items()}
+    problem = repository_problems(url, p["version"], pins, offered, p["required"])
+    result["offered"] = {name: offered[name] for name in pins if name in offered}
+    if problem:
+        module.fail_json(msg=problem, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
