@@ -13,6 +13,8 @@ description:
     a previous run left behind (recorded in work/<name>-<key12>/job.json by pid, process start
     time and boot id), as C(running) when it still runs, C(ended) when it ended unverified; only a
     build that is gone without an exit status is started again.
+  - A spec with C(prebuilt) first fetches the prebuilt wheel; it is cached only if it passes the same
+    verification and carries the spec's C(local_version), else the source build starts (the record keeps why).
   - C(state=finished) waits up to O(wait_seconds) and returns progress (C(done=false)), or, once
     the build has ended, verifies every wheel and renames it into the cache. Call it from a flat
     C(until) loop. Verification requires that every shared object with GPU code carries cubins for the spec's
@@ -38,6 +40,16 @@ options:
   staged:
     description: Host directory holding the copied controller-side source (path and wheelhouse sources).
     type: path
+  prebuilt_staged:
+    description: Host directory holding the copied controller-side prebuilt wheels (prebuilt wheelhouse).
+    type: path
+  pip_args:
+    description:
+      - pip arguments for the installs into build venvs (the dependencies' own requirements and C(build_requires)),
+        e.g. C(--index-url URL) or C(--no-index --find-links DIR) on an air-gapped host. Not part of the key.
+    type: list
+    elements: str
+    default: []
   python:
     description: Python that creates the build venv.
     type: str
@@ -107,6 +119,8 @@ def main() -> None:
             root=dict(type="path", required=True),
             state=dict(type="str", choices=["started", "finished"], default="started"),
             staged=dict(type="path"),
+            prebuilt_staged=dict(type="path"),
+            pip_args=dict(type="list", elements="str", default=[]),
             python=dict(type="str", default="python3"),
             dep_dirs=dict(type="dict", default={}),
             jobs=dict(type="int", default=0),
@@ -121,7 +135,18 @@ def main() -> None:
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
     try:
         if p["state"] == "started":
-            result = start(p["item"], p["root"], p["staged"], p["python"], p["dep_dirs"], jobs, p["cuda_home"], check=module.check_mode)
+            result = start(
+                p["item"],
+                p["root"],
+                p["staged"],
+                p["python"],
+                p["dep_dirs"],
+                jobs,
+                p["cuda_home"],
+                check=module.check_mode,
+                prebuilt_staged=p["prebuilt_staged"],
+                pip_args=p["pip_args"],
+            )
             result["jobs"] = jobs
             module.exit_json(**result)
         if module.check_mode:

@@ -48,7 +48,7 @@ try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.cuda_toolkit)
 except ImportError:  # plain Python: module_utils/ is on sys.path
     from cuda_toolkit import cudart_major, elf_needed  # type: ignore[no-redef]
 
-KEY_SCHEMA = 1
+KEY_SCHEMA = 2  # 2: dependency installs resolve their requirements, build_requires, local versions, prebuilt
 SPEC_FIELDS = {
     "name": "artifact name (also the pip distribution installed into releases unless `package` says otherwise)",
     "package": "pip distribution name the wheel provides",
@@ -56,7 +56,19 @@ SPEC_FIELDS = {
     "depends_on": "artifact names whose wheels are installed into this build's venv first",
     "env": "environment for the build (mapping of strings)",
     "build": "bash script run in the source directory; must leave wheels in $WHEEL_DIR",
-    "build_requires": "pip requirements installed into the build venv before building",
+    "build_requires": (
+        "pip requirements the build needs in its venv (build backend, cmake, ninja, ...), installed after the "
+        "dependencies' wheels and constrained by them; REQUIRED for built sources (git, sdist, path), [] when none"
+    ),
+    "local_version": (
+        "local version label every wheel of this artifact must carry (e.g. cu130: torch 2.9.1+cu130), checked after the "
+        "build or download; exported to the build as SGLANG_LOCAL_VERSION. An upstream wheel of the same version never outranks it"
+    ),
+    "pins": "requirements pinned wherever this artifact is installed (dependents' build venvs, releases), e.g. triton==3.5.1 with torch",
+    "prebuilt": (
+        "a prebuilt wheel tried FIRST (one of wheel+index, url[+sha256], wheelhouse+pattern on the controller); used only "
+        "if it passes the same verification (and local_version), else the artifact is built from `source`"
+    ),
     "jobs_env": "variable names that receive the derived parallelism (MAX_JOBS, ...)",
     "mem_per_job_gib": "memory one compile job needs, for the parallelism",
     "verify": "what every wheel must show: cuda_arch, ptx_ok, cudart, device_code, arch_objects, other_arch_objects (VERIFY_FIELDS)",
@@ -73,6 +85,12 @@ SOURCE_KINDS = {
     "wheelhouse": "prebuilt wheels matching `pattern` in the controller directory `wheelhouse`; verified like a build",
     "path": "a source tree in the controller directory `path`, copied to the host, then run `build`",
 }
+PREBUILT_KINDS = {
+    "wheel": "the requirement `wheel` (e.g. torch==2.9.1+cu130) downloaded without dependencies, from `index` if given",
+    "url": "the wheel at `url` (optionally checked against `sha256`)",
+    "wheelhouse": "a wheel matching `pattern` in the controller directory `wheelhouse` (air-gapped hosts); none there: build",
+}
+PREBUILT_FIELDS = {"wheel", "index", "url", "sha256", "wheelhouse", "pattern"}
 SOURCE_FIELDS = {"git", "ref", "submodules", "sdist", "wheel", "with_deps", "index", "wheelhouse", "pattern", "path"}
 VERIFY_FIELDS = {
     "cuda_arch": "compute capability every shared object with GPU code must carry machine code for: 12.0 accepts "
@@ -109,6 +127,7 @@ class Planned:
     depends_on: list[str]
     spec: dict[str, Any]
     controller_files: list[str] = field(default_factory=list)
+    prebuilt_files: list[str] = field(default_factory=list)
 
     @property
     def short(self) -> str:
@@ -163,9 +182,53 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
         _need(build is None, name, f"a {kind} source is a prebuilt wheel: remove `build`")
     env = spec.get("env", {})
     _need(_string_map(env), name, "`env` must map names to strings")
-    for key in ("depends_on", "build_requires", "jobs_env"):
+    if kind in BUILT_KINDS:
+        _need(
+            "build_requires" in spec,
+            name,
+            f"a {kind} source must declare `build_requires` (the pip requirements its build needs in the build venv: "
+            "build backend, cmake, ninja, ...; [] when it needs none)",
+        )
+    else:
+        _need("build_requires" not in spec, name, f"a {kind} source is a prebuilt wheel: remove `build_requires`")
+    for key in ("depends_on", "build_requires", "jobs_env", "pins"):
         value = spec.get(key, [])
-        _need(isinstance(value, list) and all(isinstance(v, str) for v in value), name, f"`{key}` must be a list of strings")
+        _need(
+            isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value),
+            name,
+            f"`{key}` must be a list of non-empty strings, found {value!r}",
+        )
+    for pin in spec.get("pins", []):
+        _need(
+            re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*==\s*[A-Za-z0-9.+!_-]+", pin) is not None,
+            name,
+            f"`pins` entries look like triton==3.5.1, found {pin!r}",
+        )
+    local = spec.get("local_version")
+    _need(
+        local is None or (isinstance(local, str) and re.fullmatch(r"[A-Za-z0-9]+(\.[A-Za-z0-9]+)*", local) is not None),
+        name,
+        f"`local_version` must be a local version label like cu130 (without the +), found {local!r}",
+    )
+    prebuilt = spec.get("prebuilt")
+    if prebuilt is not None:
+        _need(kind in BUILT_KINDS, name, f"`prebuilt` needs a source to fall back to (git, sdist or path), found a {kind} source")
+        _need(
+            isinstance(prebuilt, Mapping),
+            name,
+            "`prebuilt` must be a mapping: " + "; ".join(f"{k}: {v}" for k, v in PREBUILT_KINDS.items()),
+        )
+        bad_prebuilt = sorted(set(prebuilt) - PREBUILT_FIELDS)
+        _need(not bad_prebuilt, name, f"unknown prebuilt field {', '.join(bad_prebuilt)}; known: {', '.join(sorted(PREBUILT_FIELDS))}")
+        given = [k for k in PREBUILT_KINDS if k in prebuilt]
+        _need(len(given) == 1, name, f"`prebuilt` needs exactly one of {', '.join(PREBUILT_KINDS)}, found {', '.join(given) or 'none'}")
+        for key in PREBUILT_FIELDS & set(prebuilt):
+            _need(isinstance(prebuilt[key], str) and bool(prebuilt[key]), name, f"prebuilt `{key}` must be a non-empty string")
+        _need(
+            "sha256" not in prebuilt or re.fullmatch(r"[0-9a-f]{64}", prebuilt["sha256"]) is not None,
+            name,
+            f"prebuilt `sha256` must be 64 hex digits, found {prebuilt.get('sha256')!r}",
+        )
     verify = spec.get("verify", {})
     _need(isinstance(verify, Mapping), name, "`verify` must be a mapping")
     unknown_verify = sorted(set(verify) - set(VERIFY_FIELDS))
@@ -214,6 +277,9 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
     out.setdefault("env", {})
     out.setdefault("build_requires", [])
     out.setdefault("jobs_env", [])
+    out.setdefault("pins", [])
+    out.setdefault("local_version", None)
+    out.setdefault("prebuilt", None)
     out.setdefault("mem_per_job_gib", 4)
     out.setdefault("install", True)
     out.setdefault("timeout_minutes", 600)
@@ -242,6 +308,15 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def prebuilt_inputs(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The controller-side prebuilt wheels of a spec (prebuilt: {wheelhouse: ...}); none there is no error (build instead)."""
+    prebuilt = spec.get("prebuilt") or {}
+    if "wheelhouse" not in prebuilt:
+        return {}, []
+    wheels = sorted(Path(prebuilt["wheelhouse"]).glob(prebuilt.get("pattern", "*.whl")))
+    return {"prebuilt_wheels": {w.name: file_sha256(w) for w in wheels}}, [str(w) for w in wheels]
 
 
 def _controller_inputs(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -295,6 +370,8 @@ def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
     for name in order:
         spec = by_name[name]
         extra, files = _controller_inputs(spec)
+        prebuilt_extra, prebuilt_files = prebuilt_inputs(spec)
+        extra = {**extra, **prebuilt_extra}
         key_input = {
             "schema": KEY_SCHEMA,
             "spec": {k: v for k, v in spec.items() if k not in ("jobs_env", "mem_per_job_gib", "timeout_minutes", "install")},
@@ -304,7 +381,7 @@ def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
         }
         keys[name] = hashlib.sha256(json.dumps(key_input, sort_keys=True).encode()).hexdigest()
         kind = next(k for k in SOURCE_KINDS if k in spec["source"])
-        planned.append(Planned(name, spec["package"], keys[name], kind, list(spec["depends_on"]), spec, files))
+        planned.append(Planned(name, spec["package"], keys[name], kind, list(spec["depends_on"]), spec, files, prebuilt_files))
     return planned
 
 
@@ -608,19 +685,77 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
-def build_script(
-    item: Mapping[str, Any],
-    root: str,
-    staged: Optional[str],
-    python: str,
-    dep_dirs: Mapping[str, str],
-    jobs: int,
-    cuda_home: str,
-) -> str:
-    """The bash script a detached build runs (kept in the work directory for the operator to read)."""
+def normalize(name: str) -> str:
+    """A distribution name as pip compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name_version(wheel: str | os.PathLike[str]) -> tuple[str, str]:
+    """(distribution, version) from a wheel's file name (PEP 427: name-version[-build]-py-abi-plat.whl)."""
+    parts = Path(wheel).name[: -len(".whl")].split("-")
+    if len(parts) < 5:
+        raise BuildError(f"{Path(wheel).name} is not a wheel file name (name-version-python-abi-platform.whl)")
+    return parts[0], parts[1]
+
+
+def check_local_version(wheels: Sequence[Path], label: Optional[str]) -> None:
+    """Every wheel's version must end with +label (so an upstream wheel of the same version never outranks ours)."""
+    if not label:
+        return
+    wrong = [f"{w.name} has version {wheel_name_version(w)[1]}" for w in wheels if not wheel_name_version(w)[1].endswith(f"+{label}")]
+    if wrong:
+        raise BuildError(f"local_version {label!r}: expected every wheel's version to end with +{label}; " + "; ".join(wrong))
+
+
+def own_wheels(record: Mapping[str, Any]) -> list[str]:
+    """The wheels that ARE the artifact (installed as files into dependents and releases).
+
+    A `wheel` source with `with_deps` also holds its dependency closure: only the wheel(s) of its
+    own distribution are the artifact; the rest is a local index for resolving requirements."""
+    if record.get("installs"):
+        return list(record["installs"])
+    names = [w["wheel"] for w in record.get("wheels", [])]
+    if record.get("kind") == "wheel":
+        own = [n for n in names if normalize(wheel_name_version(n)[0]) == normalize(record.get("package", ""))]
+        return own or names
+    return names
+
+
+def _dependency_wheels(dep_dirs: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(wheel files, pins) of the dependencies' cached artifacts, read from their records."""
+    files: list[str] = []
+    pins: list[str] = []
+    for directory in dep_dirs.values():
+        try:
+            record = json.loads((Path(directory) / ARTIFACT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = {"wheels": [{"wheel": w.name} for w in sorted(Path(directory).glob("*.whl"))]}
+        files += [str(Path(directory) / w) for w in own_wheels(record)]
+        pins += list(record.get("pins", []))
+    return files, sorted(set(pins))
+
+
+def dependency_install(venv_pip: str, dep_dirs: Mapping[str, str], pip_args: Sequence[str], constraints: str) -> list[str]:
+    """The commands that install the dependencies' verified wheels, then their own requirements.
+
+    1. the wheel FILES themselves, from the host wheelhouse only (--no-index --no-deps): exactly what was verified;
+    2. the same files again WITH their requirements (torch: filelock, sympy, ..., triton==3.5.1), from the
+       dependencies' wheelhouse directories and the index `pip_args` allow, under `constraints`
+       (the dependencies' pins); already-installed files stay as they are;
+    3. pip check: the venv is complete and consistent before the build starts."""
+    files, _ = _dependency_wheels(dep_dirs)
+    if not files:
+        return []
+    links = [f"--find-links {_q(d)}" for d in dep_dirs.values()]
+    return [
+        " ".join([f"{venv_pip} install --quiet --no-index --no-deps", *map(_q, files)]),
+        " ".join([f"{venv_pip} install --quiet", *map(_q, pip_args), *links, f"-c {_q(constraints)}", *map(_q, files)]),
+        f"{venv_pip} check",
+    ]
+
+
+def _head(item: Mapping[str, Any], work: Path, cuda_home: str, jobs: int) -> list[str]:
     spec = item["spec"]
-    source = spec["source"]
-    work = work_dir(root, item["name"], item["key"])
     lines = [
         "#!/bin/bash",
         f"# build of {item['name']} (key {item['key']}), written by the sglang-sm120 build pipeline",
@@ -629,15 +764,67 @@ def build_script(
         f"export WHEEL_DIR={_q(str(work / 'out'))} CUDA_HOME={_q(cuda_home)} SGLANG_BUILD_JOBS={jobs}",
         'export PATH="$CUDA_HOME/bin:$PATH" LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"',
         'mkdir -p "$WHEEL_DIR"',
-        'echo "== $(date -u +%FT%TZ) start"',
     ]
+    if spec.get("local_version"):
+        lines.append(f"export SGLANG_LOCAL_VERSION={_q(spec['local_version'])}")
+    return lines
+
+
+def prebuilt_script(item: Mapping[str, Any], root: str, prebuilt_staged: Optional[str], python: str, cuda_home: str) -> str:
+    """The script that fetches a spec's prebuilt wheel into $WHEEL_DIR (verified by wait(), else the source build runs)."""
+    prebuilt = item["spec"]["prebuilt"]
+    work = work_dir(root, item["name"], item["key"])
+    lines = _head(item, work, cuda_home, 1)
+    download = f'{_q(python)} -m pip download --quiet --no-deps --only-binary :all: --retries 1 --timeout 30 -d "$WHEEL_DIR"'
+    if "wheel" in prebuilt:
+        index = ["--index-url", prebuilt["index"]] if prebuilt.get("index") else []
+        lines += [
+            f'echo "== $(date -u +%FT%TZ) prebuilt: {prebuilt["wheel"]}"',
+            " ".join([download, *map(_q, index), _q(prebuilt["wheel"])]),
+        ]
+    elif "url" in prebuilt:
+        url = prebuilt["url"] + (f"#sha256={prebuilt['sha256']}" if prebuilt.get("sha256") else "")
+        lines += [f'echo "== $(date -u +%FT%TZ) prebuilt: {prebuilt["url"]}"', f"{download} {_q(url)}"]
+    else:
+        where = f"{prebuilt['wheelhouse']}/{prebuilt.get('pattern', '*.whl')} (controller)"
+        lines.append(f'echo "== $(date -u +%FT%TZ) prebuilt: {where}"')
+        if item.get("prebuilt_files") and prebuilt_staged:
+            lines.append(f'cp {_q(prebuilt_staged)}/*.whl "$WHEEL_DIR"/')
+        else:
+            lines += [f"echo {_q('no prebuilt wheel matching ' + where)} >&2", "exit 3"]
+    lines.append('echo "== $(date -u +%FT%TZ) prebuilt fetched"')
+    return "\n".join(lines) + "\n"
+
+
+def build_script(
+    item: Mapping[str, Any],
+    root: str,
+    staged: Optional[str],
+    python: str,
+    dep_dirs: Mapping[str, str],
+    jobs: int,
+    cuda_home: str,
+    pip_args: Sequence[str] = (),
+) -> str:
+    """The bash script a detached build runs (kept in the work directory for the operator to read)."""
+    spec = item["spec"]
+    source = spec["source"]
+    work = work_dir(root, item["name"], item["key"])
+    lines = _head(item, work, cuda_home, jobs)
+    lines.append('echo "== $(date -u +%FT%TZ) start"')
     for var in spec.get("jobs_env", []):
         lines.append(f"export {var}={jobs}")
     for var, value in sorted(spec.get("env", {}).items()):
         lines.append(f"export {var}={_q(str(value))}")
     index = ["--index-url", source["index"]] if source.get("index") else []
+    constraints = str(work / "constraints.txt")
+    dep_files, pins = _dependency_wheels(dep_dirs)
+    # the dependencies' exact versions and pins (triton==3.5.1 with torch) hold for everything installed or downloaded here
+    body = "\n".join([*(f"{wheel_name_version(f)[0]}=={wheel_name_version(f)[1]}" for f in dep_files), *pins])
+    lines.append(f"printf '%s\\n' {_q(body)} > {_q(constraints)}" if body else f": > {_q(constraints)}")
     if "git" in source:
         lines += [
+            "rm -rf src",
             f"git clone --quiet {_q(source['git'])} src",
             f"git -C src checkout --quiet {_q(source['ref'])}",
         ]
@@ -645,7 +832,7 @@ def build_script(
             lines.append("git -C src submodule update --init --recursive --quiet")
     elif "sdist" in source:
         lines += [
-            "mkdir -p dl src",
+            "rm -rf dl src && mkdir -p dl src",
             " ".join(["python3 -m pip download --quiet --no-deps --no-binary :all: -d dl", *map(_q, index), _q(source["sdist"])]),
             "tar -xf dl/*.tar.gz -C src --strip-components=1",
         ]
@@ -658,6 +845,7 @@ def build_script(
                     "python3 -m pip download --quiet",
                     *deps,
                     *links,
+                    f"-c {_q(constraints)}",
                     '--only-binary :all: -d "$WHEEL_DIR"',
                     *map(_q, index),
                     _q(source["wheel"]),
@@ -668,15 +856,18 @@ def build_script(
         if "wheelhouse" in source:
             lines.append(f'cp {_q(staged)}/*.whl "$WHEEL_DIR"/')
         else:
-            lines.append(f"cp -a {_q(staged)} src")
+            lines += ["rm -rf src", f"cp -a {_q(staged)} src"]
     if item["kind"] in BUILT_KINDS:
         lines.append(f"{_q(python)} -m venv venv")
-        if dep_dirs:
-            links = " ".join(f"--find-links {_q(d)}" for d in dep_dirs.values())
-            packages = " ".join(_q(p) for p in dep_dirs)
-            lines.append(f"venv/bin/pip install --quiet --no-index {links} {packages}")
+        lines += dependency_install("venv/bin/pip", dep_dirs, pip_args, constraints)
         if spec.get("build_requires"):
-            lines.append(" ".join(["venv/bin/pip install --quiet", *map(_q, index), *map(_q, spec["build_requires"])]))
+            links = [f"--find-links {_q(d)}" for d in dep_dirs.values()]
+            lines.append(
+                " ".join(
+                    ["venv/bin/pip install --quiet", *map(_q, pip_args), *links, f"-c {_q(constraints)}", *map(_q, spec["build_requires"])]
+                )
+            )
+            lines.append("venv/bin/pip check")
         lines += [
             'export VIRTUAL_ENV="$PWD/venv" PATH="$PWD/venv/bin:$PATH"',
             "cd src",
@@ -696,6 +887,8 @@ def start(
     jobs: int,
     cuda_home: str,
     check: bool = False,
+    prebuilt_staged: Optional[str] = None,
+    pip_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Start the detached build of `item` unless its key is cached or a build of it exists.
 
@@ -704,6 +897,9 @@ def start(
     that ended while nobody watched (the controller died) returns `ended`, for wait() to verify
     and cache. Only a build that is gone without an exit status (host rebooted, killed) is
     started anew. A lock keeps two runs from starting the same key twice.
+
+    A spec with `prebuilt` first runs prebuilt.sh (fetch the prebuilt wheel); wait() verifies it
+    and, when it is missing or fails verification, starts build.sh (the source build) itself.
     """
     name, key = item["name"], item["key"]
     record = cached(root, name, key)
@@ -720,33 +916,48 @@ def start(
         work.mkdir(parents=True)
         log = log_path(root, name, key)
         log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("", encoding="utf-8")
         script = work / "build.sh"
-        script.write_text(build_script(item, root, staged, python, dep_dirs, jobs, cuda_home), encoding="utf-8")
+        script.write_text(build_script(item, root, staged, python, dep_dirs, jobs, cuda_home, pip_args), encoding="utf-8")
         script.chmod(0o755)
-        rc = _q(str(work / "rc"))
-        wrapper = f"bash {_q(str(script))} > {_q(str(log))} 2>&1; echo $? > {rc}.tmp; mv {rc}.tmp {rc}"
-        proc = subprocess.Popen(
-            ["bash", "-c", wrapper],
-            cwd=str(work),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-        job = {
-            "pid": proc.pid,
-            "proc_start": _proc_start(proc.pid),
-            "boot_id": _boot_id(),
-            "started": time.time(),
-            "log": str(log),
-            "key": key,
-            "timeout_minutes": item["spec"].get("timeout_minutes", 600),
-        }
-        tmp = work / "job.json.tmp"
-        tmp.write_text(json.dumps(job), encoding="utf-8")
-        os.replace(tmp, work / "job.json")
-    return {"status": "started", "changed": True, "log": str(log), "started": job["started"], "pid": proc.pid}
+        phase = "source"
+        if item["spec"].get("prebuilt"):
+            script = work / "prebuilt.sh"
+            script.write_text(prebuilt_script(item, root, prebuilt_staged, python, cuda_home), encoding="utf-8")
+            script.chmod(0o755)
+            phase = "prebuilt"
+        job = _launch(work, script, log, key, phase, item["spec"].get("timeout_minutes", 600))
+    return {"status": "started", "changed": True, "log": str(log), "started": job["started"], "pid": job["pid"], "phase": phase}
+
+
+def _launch(work: Path, script: Path, log: Path, key: str, phase: str, timeout_minutes: float, **extra: Any) -> dict[str, Any]:
+    """Run `script` detached (own session), appending to `log`; record it in job.json."""
+    rc = _q(str(work / "rc"))
+    wrapper = f"bash {_q(str(script))} >> {_q(str(log))} 2>&1; echo $? > {rc}.tmp; mv {rc}.tmp {rc}"
+    proc = subprocess.Popen(
+        ["bash", "-c", wrapper],
+        cwd=str(work),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    job = {
+        "pid": proc.pid,
+        "proc_start": _proc_start(proc.pid),
+        "boot_id": _boot_id(),
+        "started": time.time(),
+        "log": str(log),
+        "key": key,
+        "phase": phase,
+        "timeout_minutes": timeout_minutes,
+        **extra,
+    }
+    tmp = work / "job.json.tmp"
+    tmp.write_text(json.dumps(job), encoding="utf-8")
+    os.replace(tmp, work / "job.json")
+    return job
 
 
 def attached(root: str | os.PathLike[str], name: str, key: str) -> Optional[dict[str, Any]]:
@@ -837,7 +1048,10 @@ def wait(
     wait_seconds: float,
     cuobjdump: Optional[str] = None,
 ) -> dict[str, Any]:
-    """Wait up to wait_seconds for the build; when it has ended, verify and cache it, or clean up and raise."""
+    """Wait up to wait_seconds for the build; when it has ended, verify and cache it, or clean up and raise.
+
+    A prebuilt phase that fails (not reachable, not verified, wrong local version) starts the
+    source build in the same work directory and keeps waiting; the reason is kept in the record."""
     name, key = item["name"], item["key"]
     record = cached(root, name, key)
     if record is not None:
@@ -848,55 +1062,87 @@ def wait(
         raise BuildError(f"{name}: no build of key {key[:12]} is running (no {work / 'job.json'})")
     deadline = time.monotonic() + wait_seconds
     rc_file = work / "rc"
-    while not rc_file.exists():
-        elapsed = time.time() - job["started"]
-        if elapsed > job["timeout_minutes"] * 60:
-            _kill(job)
-            _discard(work)
+    while True:
+        while not rc_file.exists():
+            elapsed = time.time() - job["started"]
+            if elapsed > job["timeout_minutes"] * 60:
+                _kill(job)
+                _discard(work)
+                raise BuildError(
+                    f"{name}: build exceeded {job['timeout_minutes']} minutes and was stopped; log {job['log']}:\n{tail(job['log'])}"
+                )
+            if not _alive(job):
+                time.sleep(0.5)
+                if rc_file.exists():
+                    break
+                _discard(work)
+                raise BuildError(
+                    f"{name}: build was interrupted (process {job['pid']} is gone, no exit status); nothing cached; "
+                    f"log {job['log']}:\n{tail(job['log'])}"
+                )
+            if time.monotonic() >= deadline:
+                return {
+                    "done": False,
+                    "status": "running",
+                    "phase": job.get("phase", "source"),
+                    "elapsed": int(elapsed),
+                    "log": job["log"],
+                    "last_line": tail(job["log"], 1),
+                }
+            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        rc = rc_file.read_text().strip()
+        elapsed = int(time.time() - job["started"])
+        out = work / "out"
+        wheels = sorted(out.glob("*.whl"))
+        phase = job.get("phase", "source")
+        problem = None
+        if rc != "0":
+            problem = f"exit status {rc} after {elapsed} s"
+        elif not wheels:
+            problem = "it left no wheel in $WHEEL_DIR"
+        else:
+            try:
+                check_local_version(wheels, item["spec"].get("local_version"))
+                evidence = verify_wheels(wheels, item["spec"]["verify"], cuobjdump)
+            except BuildError as exc:
+                problem = str(exc)
+        if problem is None:
+            break
+        if phase == "prebuilt":
+            reason = f"prebuilt wheel not used: {problem}"
+            with open(job["log"], "a", encoding="utf-8") as handle:
+                handle.write(f"== {reason}\n== building from source instead\n")
+            shutil.rmtree(out, ignore_errors=True)
+            rc_file.unlink()
+            job = _launch(work, work / "build.sh", Path(job["log"]), key, "source", job["timeout_minutes"], prebuilt_rejected=reason)
+            continue
+        _discard(work)
+        if rc != "0":
             raise BuildError(
-                f"{name}: build exceeded {job['timeout_minutes']} minutes and was stopped; log {job['log']}:\n{tail(job['log'])}"
+                f"{name}: build failed with exit status {rc} after {elapsed} s; nothing cached; "
+                f"log {job['log']}, last lines:\n{tail(job['log'])}"
             )
-        if not _alive(job):
-            time.sleep(0.5)
-            if rc_file.exists():
-                break
-            _discard(work)
-            raise BuildError(
-                f"{name}: build was interrupted (process {job['pid']} is gone, no exit status); nothing cached; "
-                f"log {job['log']}:\n{tail(job['log'])}"
-            )
-        if time.monotonic() >= deadline:
-            return {"done": False, "status": "running", "elapsed": int(elapsed), "log": job["log"], "last_line": tail(job["log"], 1)}
-        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
-    rc = rc_file.read_text().strip()
-    elapsed = int(time.time() - job["started"])
-    if rc != "0":
-        _discard(work)
-        raise BuildError(
-            f"{name}: build failed with exit status {rc} after {elapsed} s; nothing cached; "
-            f"log {job['log']}, last lines:\n{tail(job['log'])}"
-        )
-    out = work / "out"
-    wheels = sorted(out.glob("*.whl"))
-    if not wheels:
-        _discard(work)
-        raise BuildError(f"{name}: build succeeded but left no wheel in $WHEEL_DIR; nothing cached; log {job['log']}")
-    try:
-        evidence = verify_wheels(wheels, item["spec"]["verify"], cuobjdump)
-    except BuildError as exc:
-        _discard(work)
-        raise BuildError(f"{name}: {exc}; nothing cached") from exc
+        if not wheels:
+            raise BuildError(f"{name}: build succeeded but left no wheel in $WHEEL_DIR; nothing cached; log {job['log']}")
+        raise BuildError(f"{name}: {problem}; nothing cached")
+    spec = item["spec"]
     record = {
         "name": name,
         "package": item["package"],
         "key": key,
         "kind": item["kind"],
+        "origin": "prebuilt" if phase == "prebuilt" else "built" if item["kind"] in BUILT_KINDS else "downloaded",
         "depends_on": item["depends_on"],
         "build_seconds": elapsed,
         "log": job["log"],
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wheels": evidence,
+        "local_version": spec.get("local_version"),
+        "pins": list(spec.get("pins", [])),
     }
+    if job.get("prebuilt_rejected"):
+        record["prebuilt_rejected"] = job["prebuilt_rejected"]
+    record["installs"] = own_wheels(record)
     (out / ARTIFACT_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     final = cache_dir(root, name, key)
     final.parent.mkdir(parents=True, exist_ok=True)

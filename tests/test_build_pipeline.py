@@ -17,7 +17,9 @@ from build_pipeline import (
     BuildError,
     BuildSpecError,
     attached,
+    build_script,
     cached,
+    dependency_install,
     derive_jobs,
     plan,
     start,
@@ -28,6 +30,7 @@ from build_pipeline import (
 from conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sm120-probe"
+CACHE_DIR = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 CONTEXT = {"cuda_version": "13.0.1", "nvcc_build": "V13.0.88", "cuda_home": "/usr/local/cuda-13.0", "arch": "12.0"}
 
 
@@ -38,7 +41,9 @@ def probe(name: str, depends_on: tuple[str, ...] = (), **env: str) -> dict[str, 
         "source": {"path": str(FIXTURE)},
         "depends_on": list(depends_on),
         "env": dict(env),
-        "build": f'python3 build_wheel.py --name {name} --version 1.0 --out "$WHEEL_DIR" {requires}',
+        "build": f'python3 build_wheel.py --name {name} --version "1.0+$SGLANG_LOCAL_VERSION" --out "$WHEEL_DIR" {requires}',
+        "build_requires": [],
+        "local_version": "cu130",
         "verify": {"cuda_arch": "12.0", "cudart": "13", "device_code": "required"},
         "timeout_minutes": 5,
     }
@@ -268,3 +273,234 @@ def test_a_reused_pid_is_not_mistaken_for_the_build(cuda_home: Path, tmp_path: P
     started = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
     assert started["status"] == "started" and started["pid"] != os.getpid()
     assert wait(item, str(tmp_path), 60)["status"] == "built"
+
+
+# ---------------------------------------------------------------- build requirements, dependency installs, local versions, prebuilt
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.pop("build_requires"), "build spec 'x': a path source must declare `build_requires`"),
+        (lambda s: s.update(build_requires="cmake"), "build spec 'x': `build_requires` must be a list of non-empty strings"),
+        (lambda s: s.update(local_version="+cu130"), "build spec 'x': `local_version` must be a local version label like cu130"),
+        (lambda s: s.update(pins=["triton>=3"]), "build spec 'x': `pins` entries look like triton==3.5.1"),
+        (lambda s: s.update(prebuilt={"url": "https://x/y.whl", "wheel": "y==1"}), "build spec 'x': `prebuilt` needs exactly one of"),
+        (lambda s: s.update(prebuilt={"url": "https://x/y.whl", "mirror": "z"}), "build spec 'x': unknown prebuilt field mirror"),
+        (
+            lambda s: s.update(prebuilt={"url": "https://x/y.whl", "sha256": "abc"}),
+            "build spec 'x': prebuilt `sha256` must be 64 hex digits",
+        ),
+        (lambda s: s.update(buildrequires=[]), "build spec 'x': unknown field buildrequires"),
+    ],
+    ids=[
+        "no-build-requires",
+        "build-requires-not-list",
+        "bad-local-version",
+        "loose-pin",
+        "two-prebuilt",
+        "unknown-prebuilt",
+        "bad-sha",
+        "unknown-field",
+    ],
+)
+def test_bad_build_fields_fail_naming_spec_and_field(mutate: Any, message: str) -> None:
+    spec = probe("x")
+    mutate(spec)
+    with pytest.raises(BuildSpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        plan([spec], CONTEXT)
+
+
+def test_prebuilt_wheels_cannot_declare_build_requires_or_prebuilt() -> None:
+    wheel = {"name": "w", "source": {"wheel": "w==1"}, "verify": {"device_code": "none"}}
+    with pytest.raises(BuildSpecError, match="build spec 'w': a wheel source is a prebuilt wheel: remove `build_requires`"):
+        plan([{**wheel, "build_requires": []}], CONTEXT)
+    with pytest.raises(BuildSpecError, match="build spec 'w': `prebuilt` needs a source to fall back to"):
+        plan([{**wheel, "prebuilt": {"url": "https://x/w.whl"}}], CONTEXT)
+
+
+def fake_dep(root: Path, name: str, version: str, pins: list[str]) -> str:
+    directory = root / "wheelhouse" / name / ("k" * 64)
+    directory.mkdir(parents=True)
+    wheel = f"{name}-{version}-cp311-cp311-linux_x86_64.whl"
+    (directory / wheel).write_bytes(b"")
+    record = {"name": name, "package": name, "kind": "git", "wheels": [{"wheel": wheel}], "pins": pins, "installs": [wheel]}
+    (directory / "artifact.json").write_text(json.dumps(record))
+    return str(directory)
+
+
+def test_dependency_install_takes_the_files_then_resolves_their_requirements(tmp_path: Path) -> None:
+    """torch's own requirements (sympy, ..., triton) are resolved in a second pass, pinned; the files come first, offline."""
+    torch_dir = fake_dep(tmp_path, "torch", "2.9.1+cu130", ["triton==3.5.1"])
+    spec = {**probe("sgl_kernel", ("torch",)), "build_requires": ["scikit-build-core>=0.10", "cmake>=3.26", "ninja"]}
+    specs = [{**probe("torch"), "pins": ["triton==3.5.1"]}, spec]
+    item = next(p for p in plan(specs, CONTEXT) if p.name == "sgl_kernel").to_dict()
+    script = build_script(
+        item, str(tmp_path), str(FIXTURE), "python3", {"torch": torch_dir}, 4, "/cuda", ["--index-url", "https://pypi.example/simple"]
+    )
+    lines = script.splitlines()
+    wheel = f"{torch_dir}/torch-2.9.1+cu130-cp311-cp311-linux_x86_64.whl"
+    constraints = str(work_dir(tmp_path, "sgl_kernel", item["key"]) / "constraints.txt")
+    first = lines.index(f"venv/bin/pip install --quiet --no-index --no-deps {wheel}")
+    second = lines.index(
+        f"venv/bin/pip install --quiet --index-url https://pypi.example/simple --find-links {torch_dir} -c {constraints} {wheel}"
+    )
+    assert "--no-deps" not in lines[second] and "--no-index" not in lines[second]
+    assert lines[second + 1] == "venv/bin/pip check"
+    requires = next(i for i, line in enumerate(lines) if "scikit-build-core" in line)
+    assert first < second < requires < lines.index("cd src")
+    assert f"-c {constraints}" in lines[requires]
+    assert f"printf '%s\\n' 'torch==2.9.1+cu130\ntriton==3.5.1' > {constraints}" in script
+    assert "export SGLANG_LOCAL_VERSION=cu130" in lines
+
+
+def test_dependency_requirements_really_resolve_in_a_venv(tmp_path: Path) -> None:
+    """A dependency wheel that requires another distribution gets it, from the wheelhouse, in the second pass."""
+    pypkg = tmp_path / "wh"
+    pypkg.mkdir()
+    req = tiny_wheel(pypkg, "needed", "2.0")
+    main = tiny_wheel(pypkg, "torchlike", "1.0+cu130", requires=["needed==2.0"])
+    venv = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+    constraints = tmp_path / "c.txt"
+    constraints.write_text("")
+    d = tmp_path / "dep"
+    d.mkdir()
+    (d / main.name).write_bytes(main.read_bytes())
+    (d / req.name).write_bytes(req.read_bytes())
+    (d / "artifact.json").write_text(json.dumps({"kind": "git", "wheels": [{"wheel": main.name}], "installs": [main.name]}))
+    for command in dependency_install(f"{venv}/bin/pip", {"torchlike": str(d)}, ["--no-index"], str(constraints)):
+        subprocess.run(command, shell=True, check=True, capture_output=True)
+    listed = subprocess.run([f"{venv}/bin/pip", "list", "--format=json"], check=True, capture_output=True, text=True).stdout
+    versions = {p["name"]: p["version"] for p in json.loads(listed)}
+    assert versions["torchlike"] == "1.0+cu130" and versions["needed"] == "2.0"
+
+
+def tiny_wheel(out: Path, name: str, version: str, requires: tuple[str, ...] | list[str] = (), payload: bytes = b"X = 1\n") -> Path:
+    """A minimal pure-Python wheel (for installs into temporary venvs)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": payload,
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ).encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n" for n, d in files.items()
+    )
+    files[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
+    wheel = out / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for n, d in files.items():
+            archive.writestr(n, d)
+    return wheel
+
+
+def test_local_version_is_checked_after_the_build(cuda_home: Path, tmp_path: Path) -> None:
+    spec = probe("plain")
+    spec["build"] = 'python3 build_wheel.py --name plain --version 1.0 --out "$WHEEL_DIR"'  # forgets the label
+    item = plan([spec], CONTEXT)[0].to_dict()
+    with pytest.raises(
+        BuildError,
+        match=r"plain: local_version 'cu130': expected every wheel's version to end with \+cu130; "
+        r"plain-1\.0-py3-none-linux_x86_64\.whl has version 1\.0; nothing cached",
+    ):
+        run_build(item, tmp_path, cuda_home)
+    assert cached(tmp_path, "plain", item["key"]) is None
+    labelled = run_build(plan([probe("plain")], CONTEXT)[0].to_dict(), tmp_path, cuda_home)
+    assert labelled["artifact"]["wheels"][0]["wheel"] == "plain-1.0+cu130-py3-none-linux_x86_64.whl"
+    assert labelled["artifact"]["origin"] == "built" and labelled["artifact"]["installs"] == ["plain-1.0+cu130-py3-none-linux_x86_64.whl"]
+
+
+def test_a_verified_prebuilt_wheel_is_used(cuda_home: Path, tmp_path: Path) -> None:
+    shelf = tmp_path / "shelf"
+    build_probe(cuda_home, shelf, name="pre")
+    good = next(shelf.glob("pre-*.whl"))
+    labelled = shelf / "pre-1.0+cu130-py3-none-linux_x86_64.whl"
+    good.rename(labelled)
+    spec = {**probe("pre"), "prebuilt": {"wheelhouse": str(shelf), "pattern": "pre-1.0+cu130-*.whl"}}
+    item = plan([spec], CONTEXT)[0].to_dict()
+    assert item["prebuilt_files"] == [str(labelled)]
+    started = start(item, str(tmp_path / "root"), str(FIXTURE), "python3", {}, 1, str(cuda_home), prebuilt_staged=str(shelf))
+    assert started["phase"] == "prebuilt"
+    while not (result := wait(item, str(tmp_path / "root"), 5))["done"]:
+        pass
+    assert result["artifact"]["origin"] == "prebuilt" and "prebuilt_rejected" not in result["artifact"]
+
+
+def test_a_prebuilt_wheel_that_fails_verification_falls_back_to_the_source_build(cuda_home: Path, tmp_path: Path) -> None:
+    shelf = tmp_path / "shelf"
+    wrong = build_probe(cuda_home, shelf, name="fb", PROBE_ARCH="90")  # sm_90 only: must not be used
+    labelled = shelf / "fb-1.0+cu130-py3-none-linux_x86_64.whl"
+    wrong.rename(labelled)
+    spec = {**probe("fb"), "prebuilt": {"wheelhouse": str(shelf), "pattern": "fb-*.whl"}}
+    item = plan([spec], CONTEXT)[0].to_dict()
+    start(item, str(tmp_path / "root"), str(FIXTURE), "python3", {}, 1, str(cuda_home), prebuilt_staged=str(shelf))
+    while not (result := wait(item, str(tmp_path / "root"), 5))["done"]:
+        pass
+    record = result["artifact"]
+    assert record["origin"] == "built"
+    assert "prebuilt wheel not used" in record["prebuilt_rejected"] and "found sm_90" in record["prebuilt_rejected"]
+    assert record["wheels"][0]["shared_objects"][0]["targets"] == ["sm_120"]
+    assert "building from source instead" in Path(record["log"]).read_text()
+
+
+def test_a_missing_prebuilt_wheel_falls_back_to_the_source_build(cuda_home: Path, tmp_path: Path) -> None:
+    spec = {**probe("none"), "prebuilt": {"wheelhouse": str(tmp_path / "empty"), "pattern": "none-*.whl"}}
+    item = plan([spec], CONTEXT)[0].to_dict()
+    assert item["prebuilt_files"] == []
+    start(item, str(tmp_path / "root"), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    while not (result := wait(item, str(tmp_path / "root"), 5))["done"]:
+        pass
+    assert result["artifact"]["origin"] == "built" and "exit status 3" in result["artifact"]["prebuilt_rejected"]
+
+
+def production_specs() -> list[dict[str, Any]]:
+    """The production specs, rendered with stack.yml as Ansible would."""
+    import jinja2
+    import yaml
+
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    data = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())
+    env = jinja2.Environment()
+    env.globals["lookup"] = lambda *args: ""
+    context = {**stack, "inventory_dir": str(ROOT / "inventory/production")}
+    context["sglang_prebuilt_wheelhouse"] = env.from_string(data["sglang_prebuilt_wheelhouse"]).render(**context)
+    return yaml.safe_load(env.from_string(yaml.safe_dump(data["sglang_build_specs"])).render(**context))
+
+
+def test_production_specs_declare_what_the_real_sources_need() -> None:
+    by_name = {p.name: p.spec for p in plan(production_specs(), CONTEXT)}
+    for name in ("torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel"):
+        assert by_name[name]["local_version"] == "cu130" and by_name[name]["build_requires"], name
+        assert "--no-build-isolation" not in by_name[name]["build"], name
+    assert by_name["torch"]["pins"] == ["triton==3.5.1"]
+    assert "triton==3.5.1" in by_name["torch"]["env"]["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
+    assert {"scikit-build-core>=0.10", "ninja"} <= set(by_name["sgl_kernel"]["build_requires"])
+    assert any(r.startswith("cmake") for r in by_name["sgl_kernel"]["build_requires"])
+    assert "SGL_KERNEL_COMPILE_THREADS" not in by_name["sgl_kernel"]["env"]
+    assert "-DSGL_KERNEL_COMPILE_THREADS=" in by_name["sgl_kernel"]["env"]["CMAKE_ARGS"]
+    assert "-DENABLE_BELOW_SM90=OFF" in by_name["sgl_kernel"]["env"]["CMAKE_ARGS"]
+    assert by_name["sgl_kernel"]["jobs_env"] == ["CMAKE_BUILD_PARALLEL_LEVEL"]
+    jit = by_name["flashinfer_jit_cache"]
+    assert jit["env"] == {"FLASHINFER_CUDA_ARCH_LIST": "12.0f", "FLASHINFER_LOCAL_VERSION": "cu130"}
+    assert any(r.startswith("nvidia-nvshmem-cu13") for r in jit["build_requires"])
+    assert "NVSHMEM_INCLUDE_PATH" in jit["build"] and "NVSHMEM_LIBRARY_PATH" in jit["build"]
+    assert "python -m build --wheel" in jit["build"]
+    for name in ("torch", "flashinfer_jit_cache", "sgl_kernel"):
+        assert "wheelhouse" in by_name[name]["prebuilt"], name  # the controller's vetted wheels, else source
+
+
+def test_pypi_sgl_kernel_is_refused_by_the_local_version_label() -> None:
+    """PyPI's sgl-kernel 0.3.21 (CUDA 12.9, manylinux) cannot pass for our +cu130 build."""
+    from build_pipeline import check_local_version
+
+    real = CACHE_DIR / "real-wheels" / "sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl"
+    with pytest.raises(BuildError, match=r"sgl_kernel-0\.3\.21-cp310-abi3-manylinux2014_x86_64\.whl has version 0\.3\.21"):
+        check_local_version([real], "cu130")
+    check_local_version([Path("sgl_kernel-0.3.21+cu130-cp310-abi3-linux_x86_64.whl")], "cu130")

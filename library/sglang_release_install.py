@@ -1,0 +1,132 @@
+#!/usr/bin/python
+"""Ansible module: install the verified wheel files into a release venv and read back what is installed."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_release_install
+short_description: Install exactly the verified wheels into a release venv, then read them back
+description:
+  - Thin wrapper around module_utils/installed.py, run on the host.
+  - Installs the FILES of each artifact's verified wheels from the host wheelhouse (paths, never
+    names resolved by pip against a wheelhouse where an upstream manylinux wheel of the same
+    version would win), with C(--no-index); with O(install_deps) their own requirements come
+    from the artifacts' wheelhouse directories and O(find_links) only, constrained by the
+    artifacts' C(pins) (triton==3.5.1 with torch); without it, C(--no-deps).
+  - Then reads back each distribution's dist-info (METADATA version, RECORD sha256 of every file
+    and the bytes on disk) and fails naming each distribution that differs, expected and found.
+  - The sm_120 evidence is read from the installed shared objects with the build's reader and the
+    spec's verify rules.
+  - O(install=false) only reads back (an existing venv against the given artifacts).
+options:
+  venv:
+    description: The release venv.
+    type: path
+    required: true
+  build_root:
+    description: The build root holding wheelhouse/<artifact>/<key>/.
+    type: path
+    required: true
+  artifacts:
+    description: Artifact name -> cache record (sglang_build_artifacts), the ones the release installs, in build order.
+    type: dict
+    required: true
+  specs:
+    description: Artifact name -> build spec (for the verify rules).
+    type: dict
+    default: {}
+  install:
+    description: Install before reading back.
+    type: bool
+    default: true
+  install_deps:
+    description: Resolve the wheels' requirements from the wheelhouse (--no-index); false installs with --no-deps.
+    type: bool
+    default: true
+  find_links:
+    description: More host directories for the requirements.
+    type: list
+    elements: path
+    default: []
+  log:
+    description: Where pip's output goes.
+    type: path
+  cuobjdump:
+    description: cuobjdump to read GPU code with (else the built-in reader).
+    type: path
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Install and read back
+  sglang_release_install:
+    venv: /opt/sglang/releases/0003-1a2b3c4d/venv
+    build_root: /opt/sglang/build
+    artifacts: "{{ sglang_build_artifacts }}"
+"""
+
+RETURN = r"""
+installed:
+  description: Each distribution read back (version, wheel, sha256 of the wheel, files checked).
+  type: list
+  returned: success
+sm120_verification:
+  description: GPU code of the installed shared objects of each CUDA artifact.
+  type: list
+  returned: success
+argv:
+  description: The pip command.
+  type: list
+  returned: when installing
+"""
+
+import os
+import subprocess
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.installed import InstallError, constraints_text, install_argv, read_back, release_wheels
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv=dict(type="path", required=True),
+            build_root=dict(type="path", required=True),
+            artifacts=dict(type="dict", required=True),
+            specs=dict(type="dict", default={}),
+            install=dict(type="bool", default=True),
+            install_deps=dict(type="bool", default=True),
+            find_links=dict(type="list", elements="path", default=[]),
+            log=dict(type="path"),
+            cuobjdump=dict(type="path"),
+        ),
+        supports_check_mode=False,
+    )
+    p = module.params
+    result = {}
+    try:
+        wheels = release_wheels(p["build_root"], p["artifacts"], p["specs"])
+        if p["install"]:
+            dirs = list(dict.fromkeys(os.path.dirname(w["wheel"]) for w in wheels))
+            with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as handle:
+                handle.write(constraints_text(wheels))
+            argv = install_argv(os.path.join(p["venv"], "bin", "python"), wheels, p["install_deps"], dirs + p["find_links"], handle.name)
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            os.unlink(handle.name)
+            if p["log"]:
+                with open(p["log"], "a", encoding="utf-8") as log:
+                    log.write("+ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr)
+            result["argv"] = argv
+            if proc.returncode != 0:
+                module.fail_json(
+                    msg=f"pip install of the verified wheels failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}", **result
+                )
+        result.update(read_back(p["venv"], wheels, p["cuobjdump"]))
+    except (InstallError, OSError, subprocess.CalledProcessError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    module.exit_json(changed=p["install"], **result)
+
+
+if __name__ == "__main__":
+    main()
