@@ -24,7 +24,7 @@ import re
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,6 +42,8 @@ NN_MODULE_ATTRS = frozenset(
     register_state_dict_pre_hook register_state_dict_post_hook register_load_state_dict_pre_hook
     register_load_state_dict_post_hook compile training dump_patches call_super_init T_destination __call__
     __class__ __dict__ __init__ __repr__ __setattr__ __delattr__ __dir__ __setstate__ __getstate__
+    _modules _parameters _buffers _non_persistent_buffers_set _forward_hooks _forward_pre_hooks _backward_hooks
+    _state_dict_hooks _load_state_dict_pre_hooks _apply _call_impl _get_name _named_members
     """.split()  # noqa: SIM905 - a word list reads better than 70 quoted strings
 )
 NN_MODULE_BASES = frozenset({"Module", "nn.Module", "torch.nn.Module"})
@@ -50,8 +52,16 @@ EXECUTOR_DIR = "srt/model_executor"
 SPECULATIVE_DIR = "srt/speculative"
 MODELS_DIR = "srt/models"
 SPEC_INFO = "srt/speculative/spec_info.py"
+MANAGERS_DIR = "srt/managers"
+# The scheduler and its workers drive the runners at every start (0.5.17+: init_all_attention_backends).
+MANAGER_PREFIXES = ("scheduler", "tp_worker")
+LOADER_DIR = "srt/model_loader"
+# Where a target handed to a function may lead; models and layers are the target's own code.
+_FOLLOW_PREFIXES = ("srt/model_executor/", "srt/speculative/", "srt/managers/", "srt/model_loader/")
+MAX_BINDING_ROUNDS = 8
 REQUIRED_FILES = ("srt/model_executor/model_runner.py", SPEC_INFO)
 _CATCHES_ATTRIBUTE_ERROR = frozenset({"AttributeError", "Exception", "BaseException"})
+_ATTRIBUTE_ASSIGNMENT = re.compile(r"^[ \t]+(\w+)\.\w+\s*=[^=]", re.MULTILINE)
 _CLASS_LINE = re.compile(r"^class\s+(\w+)\s*[(:]", re.MULTILINE)
 
 
@@ -77,6 +87,8 @@ class AuditResult:
     guarded: list[str]
     ok: bool
     required: list[str] = field(default_factory=list)
+    # Attributes the model loader assigns to every model it builds ({name: "file:line"}).
+    assigned_by_loader: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +105,8 @@ class SglangSource:
         self._zip: Optional[zipfile.ZipFile] = None
         self._texts: dict[str, str] = {}
         self._trees: dict[str, ast.Module] = {}
+        self._imports: dict[str, dict[str, str]] = {}
+        self.path_cache: dict[str, tuple] = {}
         if path.is_file():
             self._zip = _open_wheel(path)
             self._names = sorted(n[len("sglang/") :] for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py"))
@@ -120,6 +134,17 @@ class SglangSource:
             data = self._zip.read("sglang/" + name) if self._zip else (self._root / name).read_bytes()
             self._texts[name] = data.decode("utf-8", errors="replace")
         return self._texts[name]
+
+    def imports(self, name: str) -> dict[str, str]:
+        """{local name: module file} for every ``from sglang.x import y`` in the file (at any depth)."""
+        if name not in self._imports:
+            self._imports[name] = {
+                alias.asname or alias.name: _module_file(node.module)
+                for node in ast.walk(self.tree(name))
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.")
+                for alias in node.names
+            }
+        return self._imports[name]
 
     def tree(self, name: str) -> ast.Module:
         if name not in self._trees:
@@ -239,6 +264,7 @@ def _tri_or(values: list[Optional[bool]]) -> Optional[bool]:
 class Cond:
     test: ast.expr
     holds: bool  # True inside the if-body, False inside the else / after an early return
+    probes: frozenset = frozenset()  # names the test probes on the target (hasattr(model, "x")): the class decides
 
     def text(self) -> str:
         flags = [
@@ -263,13 +289,14 @@ class Use:
     function: tuple  # (file, class or None, function name)
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     """A place that calls or names a function/class: how its body gets reached."""
 
     key: tuple
     conds: tuple[Cond, ...]
     function: Optional[tuple]
+    called: bool = True  # False: only named (a callback or handler registered for later)
+    foreign: bool = False  # <something>.name(...) on an object other than self
 
 
 @dataclass
@@ -278,14 +305,34 @@ class PathFacts:
     references: list[Reference] = field(default_factory=list)
     assignments: list[tuple[str, bool, tuple[Cond, ...]]] = field(default_factory=list)  # attr, truthy, conds
     classes: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # name -> (file, base names)
+    # function key -> positional parameter names (self dropped) and whether it takes **kwargs
+    signatures: dict[tuple, list[str]] = field(default_factory=dict)
+    # a target handed to a callee: (callee descriptor, position or keyword, calling file)
+    passes: list[tuple[tuple, object, str]] = field(default_factory=list)
+    # self.<attr> = <target> inside a class: (class, attr)
+    self_bindings: set[tuple[str, str]] = field(default_factory=set)
+    nodes: dict[tuple, ast.AST] = field(default_factory=dict)  # function key -> its def, to walk it again
 
 
-def _is_target(node: ast.AST, file: str, cls: Optional[str], aliases: set[str]) -> bool:
+@dataclass
+class Bindings:
+    """Where the target lives besides the spelled-out chains: parameters and self attributes bound to it."""
+
+    params: dict[tuple, set[str]] = field(default_factory=dict)
+    self_attrs: dict[str, set[str]] = field(default_factory=dict)
+
+    def size(self) -> int:
+        return sum(map(len, self.params.values())) + sum(map(len, self.self_attrs.values()))
+
+
+def _is_target(node: ast.AST, file: str, cls: Optional[str], aliases: set[str], self_attrs: frozenset = frozenset()) -> bool:
     chain = _dotted(node)
     if not chain:
         return False
     if len(chain) == 1:
         return chain[0] in aliases
+    if len(chain) == 2 and chain[0] == "self" and chain[1] in self_attrs:
+        return True
     if chain[-1] != "model" or any("draft" in part or "mtp" in part for part in chain):
         return False
     if file.startswith(SPECULATIVE_DIR + "/"):
@@ -298,12 +345,19 @@ def _is_target(node: ast.AST, file: str, cls: Optional[str], aliases: set[str]) 
 class _Walker:
     """Records, for one file, every use of the target model with the conditions around it."""
 
-    def __init__(self, file: str, facts: PathFacts):
+    def __init__(self, file: str, facts: PathFacts, bindings: Optional[Bindings] = None):
         self.file = file
         self.facts = facts
+        self.bindings = bindings or Bindings()
         self.cls: Optional[str] = None
         self.function: Optional[tuple] = None
         self.aliases: set[str] = set()
+        self.self_attrs: frozenset = frozenset()
+        self.called: set[int] = set()
+        self.probe_cache: dict[int, tuple] = {}
+
+    def is_target(self, node: ast.AST) -> bool:
+        return _is_target(node, self.file, self.cls, self.aliases, self.self_attrs)
 
     def module(self, tree: ast.Module) -> None:
         for node in tree.body:
@@ -313,17 +367,32 @@ class _Walker:
                     if isinstance(base, ast.Name):
                         self.facts.references.append(Reference(("class", base.id), (), None))
                 self.cls = node.name
+                self.self_attrs = frozenset(self.bindings.self_attrs.get(node.name, ()))
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         self.function_body(item, (self.file, node.name, item.name))
-                self.cls = None
+                self.cls, self.self_attrs = None, frozenset()
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.function_body(node, (self.file, None, node.name))
             else:
                 self.statements([node], (), False)
 
+    def again(self, node: ast.AST, key: tuple) -> None:
+        """Walk one function again (its bindings grew)."""
+        self.cls = key[1]
+        self.self_attrs = frozenset(self.bindings.self_attrs.get(key[1], ())) if key[1] else frozenset()
+        self.function_body(node, key)
+        self.cls, self.self_attrs = None, frozenset()
+
     def function_body(self, node: ast.AST, key: tuple) -> None:
-        self.function, self.aliases = key, set()
+        args = node.args
+        positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+        is_static = any((_dotted(d) or [""])[-1] == "staticmethod" for d in node.decorator_list)
+        if key[1] is not None and not is_static and positional:
+            positional = positional[1:]  # self / cls
+        self.facts.signatures[key] = [*positional, *(a.arg for a in args.kwonlyargs)]
+        self.facts.nodes[key] = node
+        self.function, self.aliases = key, set(self.bindings.params.get(key, ()))
         self.statements(node.body, (), False)
         self.function, self.aliases = None, set()
 
@@ -331,12 +400,15 @@ class _Walker:
         for stmt in body:
             if isinstance(stmt, ast.If):
                 self.expression(stmt.test, conds, guarded)
-                self.statements(stmt.body, (*conds, Cond(stmt.test, True)), guarded)
-                self.statements(stmt.orelse, (*conds, Cond(stmt.test, False)), guarded)
-                if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise)) and not stmt.orelse:
-                    conds = (*conds, Cond(stmt.test, False))
+                self.statements(stmt.body, (*conds, self.cond(stmt.test, True)), guarded)
+                self.statements(stmt.orelse, (*conds, self.cond(stmt.test, False)), guarded)
+                if stmt.body and isinstance(stmt.body[-1], ast.Raise) and not stmt.orelse and self.cond(stmt.test, True).probes:
+                    pass  # `if not hasattr(model, "x"): raise`: without x the start fails, so what follows is needed
+                elif stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise)) and not stmt.orelse:
+                    conds = (*conds, self.cond(stmt.test, False))
             elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-                catches = any(_catches_attribute_error(h) for h in stmt.handlers)
+                # a handler that can re-raise does not guard: the AttributeError still stops the start
+                catches = any(_catches_attribute_error(h) and not _reraises(h) for h in stmt.handlers)
                 self.statements(stmt.body, conds, guarded or catches)
                 for handler in stmt.handlers:
                     self.statements(handler.body, conds, guarded)
@@ -348,6 +420,8 @@ class _Walker:
                         self.expression(child, conds, guarded)
                     elif isinstance(child, ast.withitem):
                         self.expression(child.context_expr, conds, guarded)
+                        if isinstance(child.optional_vars, ast.Name) and self.is_target(child.context_expr):
+                            self.aliases.add(child.optional_vars.id)
                 self.statements(stmt.body, conds, guarded)
                 self.statements(getattr(stmt, "orelse", []), conds, guarded)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -356,43 +430,59 @@ class _Walker:
                 self.simple_statement(stmt, conds, guarded)
 
     def simple_statement(self, stmt: ast.stmt, conds: tuple[Cond, ...], guarded: bool) -> None:
-        if isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
-                if isinstance(target, ast.Name) and _is_target(stmt.value, self.file, self.cls, self.aliases):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            value_is_target = self.is_target(stmt.value)
+            for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                if isinstance(target, ast.Name) and value_is_target:
                     self.aliases.add(target.id)
                 elif isinstance(target, ast.Name):
                     self.aliases.discard(target.id)
                 if isinstance(target, ast.Attribute):
                     truthy = not (isinstance(stmt.value, ast.Constant) and not stmt.value.value)
                     self.facts.assignments.append((target.attr, truthy, conds))
+                    chain = _dotted(target) or []
+                    if value_is_target and self.cls and len(chain) == 2 and chain[0] == "self" and "draft" not in chain[1]:
+                        self.facts.self_bindings.add((self.cls, chain[1]))
         for child in ast.iter_child_nodes(stmt):
             if isinstance(child, ast.expr):
                 self.expression(child, conds, guarded)
 
     def expression(self, node: ast.expr, conds: tuple[Cond, ...], guarded: bool) -> None:
+        if isinstance(node, ast.NamedExpr) and self.is_target(node.value):
+            self.aliases.add(node.target.id)
+        if isinstance(node, ast.Call):
+            self.called.add(id(node.func))
+            self.call(node)
         if isinstance(node, ast.IfExp):
             self.expression(node.test, conds, guarded)
-            self.expression(node.body, (*conds, Cond(node.test, True)), guarded)
-            self.expression(node.orelse, (*conds, Cond(node.test, False)), guarded)
+            self.expression(node.body, (*conds, self.cond(node.test, True)), guarded)
+            self.expression(node.orelse, (*conds, self.cond(node.test, False)), guarded)
             return
         if isinstance(node, ast.BoolOp):
             for index, value in enumerate(node.values):
-                before = tuple(Cond(v, isinstance(node.op, ast.And)) for v in node.values[:index])
+                before = tuple(self.cond(v, isinstance(node.op, ast.And)) for v in node.values[:index])
                 self.expression(value, (*conds, *before), guarded)
             return
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr"):
             args = node.args
             named = len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
-            if named and _is_target(args[0], self.file, self.cls, self.aliases):
+            if named and self.is_target(args[0]):
                 soft = node.func.id == "hasattr" or len(args) >= 3
                 self.use(args[1].value, node.lineno, conds, guarded or soft)
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _is_target(node.value, self.file, self.cls, self.aliases):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and self.is_target(node.value):
             self.use(node.attr, node.lineno, conds, guarded)
+        called = id(node) in self.called
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _dotted(node.value) == ["self"] and self.cls:
-            self.facts.references.append(Reference(("method", node.attr), conds, self.function))
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            self.facts.references.append(Reference(("class", node.id), conds, self.function))
-            self.facts.references.append(Reference(("function", node.id), conds, self.function))
+            self.facts.references.append(Reference(("method", node.attr), conds, self.function, called))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and called and not self.is_target(node.value):
+            self.facts.references.append(Reference(("method", node.attr), conds, self.function, True, foreign=True))
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                self.facts.references.append(Reference(("class", node.id), conds, self.function, called))
+                self.facts.references.append(Reference(("function", node.id), conds, self.function, called))
+            return
+        if isinstance(node, ast.Constant):
+            return
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 self.expression(child, conds, guarded)
@@ -401,6 +491,40 @@ class _Walker:
                     self.expression(part, conds, guarded)
             elif isinstance(child, ast.keyword):
                 self.expression(child.value, conds, guarded)
+
+    def cond(self, test: ast.expr, holds: bool) -> Cond:
+        cached = self.probe_cache.get(id(test))
+        if cached is not None and cached[0] is test:
+            return Cond(test, holds, cached[1])
+        probes = frozenset(
+            n.args[1].value
+            for n in ast.walk(test)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id == "hasattr"
+            and len(n.args) == 2
+            and isinstance(n.args[1], ast.Constant)
+            and isinstance(n.args[1].value, str)
+            and self.is_target(n.args[0])
+        )
+        self.probe_cache[id(test)] = (test, probes)
+        return Cond(test, holds, probes)
+
+    def call(self, node: ast.Call) -> None:
+        """A target handed to a function or method: remember which parameter receives it."""
+        hits: list[object] = [i for i, a in enumerate(node.args) if not isinstance(a, ast.Starred) and self.is_target(a)]
+        hits += [k.arg for k in node.keywords if k.arg and self.is_target(k.value)]
+        if not hits:
+            return
+        chain = _dotted(node.func) or []
+        if len(chain) == 1:
+            callee: tuple = ("name", chain[0])
+        elif len(chain) == 2 and chain[0] == "self" and self.cls:
+            callee = ("method", self.cls, chain[1])
+        else:
+            return
+        for hit in hits:
+            self.facts.passes.append((callee, hit, self.file))
 
     def use(self, name: str, line: int, conds: tuple[Cond, ...], guarded: bool) -> None:
         guarded = guarded or any(c.holds and _mentions_guard(c.test, name) for c in conds)
@@ -414,6 +538,10 @@ def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
     return any((_dotted(n) or [""])[-1] in _CATCHES_ATTRIBUTE_ERROR for n in names)
 
 
+def _reraises(handler: ast.ExceptHandler) -> bool:
+    return any(isinstance(node, ast.Raise) for stmt in handler.body for node in ast.walk(stmt))
+
+
 def _mentions_guard(test: ast.expr, name: str) -> bool:
     for node in ast.walk(test):
         is_probe = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
@@ -423,9 +551,11 @@ def _mentions_guard(test: ast.expr, name: str) -> bool:
 
 
 def speculative_path_files(source: SglangSource, predicates: dict[str, bool]) -> list[str]:
-    """The model executor plus the speculative modules this algorithm's workers live in (and the helpers)."""
-    executor = source.files_under(EXECUTOR_DIR)
-    speculative = [f for f in source.files_under(SPECULATIVE_DIR) if f != SPEC_INFO]
+    """The model executor, the scheduler and its workers, and the speculative modules this algorithm's workers
+    live in (and the helpers), each directory with its subpackages."""
+    executor = source.files_under(EXECUTOR_DIR, recursive=True)
+    executor += [f for f in source.files_under(MANAGERS_DIR) if PurePosixPath(f).name.startswith(MANAGER_PREFIXES)]
+    speculative = [f for f in source.files_under(SPECULATIVE_DIR, recursive=True) if f != SPEC_INFO]
     create = next((n for n in ast.walk(source.tree(SPEC_INFO)) if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
     if create is None:
         return executor + speculative
@@ -464,13 +594,31 @@ def _module_file(module: str) -> str:
     return "/".join(module.split(".")[1:]) + ".py" if module.startswith("sglang.") else module.replace(".", "/") + ".py"
 
 
-def _evaluate(test: ast.expr, predicates: dict[str, bool], attributes: dict[str, bool], self_is_algorithm: bool = False) -> Optional[bool]:
-    """True/False when the algorithm decides the condition, None when something else (a feature) does."""
+def _evaluate(
+    test: ast.expr,
+    predicates: dict[str, bool],
+    attributes: dict[str, bool],
+    self_is_algorithm: bool = False,
+    probes: frozenset = frozenset(),
+    provided: Optional[set] = None,
+) -> Optional[bool]:
+    """True/False when the algorithm (or, for hasattr probes on the target, the model class) decides the
+    condition, None when something else (a feature) does."""
+    if (
+        provided is not None
+        and isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "hasattr"
+        and len(test.args) == 2
+        and isinstance(test.args[1], ast.Constant)
+        and test.args[1].value in probes
+    ):
+        return test.args[1].value in provided or "*" in provided
     if isinstance(test, ast.BoolOp):
-        values = [_evaluate(v, predicates, attributes, self_is_algorithm) for v in test.values]
+        values = [_evaluate(v, predicates, attributes, self_is_algorithm, probes, provided) for v in test.values]
         return _tri_and(values) if isinstance(test.op, ast.And) else _tri_or(values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _evaluate(test.operand, predicates, attributes, self_is_algorithm)
+        inner = _evaluate(test.operand, predicates, attributes, self_is_algorithm, probes, provided)
         return None if inner is None else not inner
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr in predicates:
         receiver = ".".join(_dotted(test.func.value) or [])
@@ -479,6 +627,16 @@ def _evaluate(test: ast.expr, predicates: dict[str, bool], attributes: dict[str,
     if isinstance(test, (ast.Attribute, ast.Name)):
         name = test.attr if isinstance(test, ast.Attribute) else test.id
         return attributes.get(name)
+    if (  # self.draft_worker is not None: set (to a worker) or left None by the algorithm
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+        and isinstance(test.left, (ast.Attribute, ast.Name))
+    ):
+        inner = _evaluate(test.left, predicates, attributes, self_is_algorithm)
+        return None if inner is None else inner == isinstance(test.ops[0], ast.IsNot)
     return None
 
 
@@ -505,8 +663,8 @@ def algorithm_attributes(facts: PathFacts, predicates: dict[str, bool]) -> dict[
 class _Reach:
     """Whether a function body runs with the algorithm on: 'required', or the features it waits for."""
 
-    def __init__(self, facts: PathFacts, predicates: dict[str, bool], attributes: dict[str, bool]):
-        self.facts, self.predicates, self.attributes = facts, predicates, attributes
+    def __init__(self, facts: PathFacts, predicates: dict[str, bool], attributes: dict[str, bool], provided: Optional[set] = None):
+        self.facts, self.predicates, self.attributes, self.provided = facts, predicates, attributes, provided
         self.memo: dict[tuple, tuple[bool, list[str]]] = {}
         self.by_key: dict[tuple, list[Reference]] = {}
         for ref in facts.references:
@@ -516,7 +674,7 @@ class _Reach:
         """(reachable, features) for a chain of conditions."""
         features = []
         for cond in conds:
-            verdict = _evaluate(cond.test, self.predicates, self.attributes)
+            verdict = _evaluate(cond.test, self.predicates, self.attributes, False, cond.probes, self.provided)
             if verdict is None:
                 features.append(cond.text())
             elif verdict != cond.holds:
@@ -538,8 +696,18 @@ class _Reach:
             refs = [r for r in self.by_key.get(("class", cls), []) if r.function is None or r.function[1] != cls]
         else:
             family = self.family(cls)
-            refs = [r for r in self.by_key.get(("method", name), []) if r.function and r.function[1] in family and r.function != key]
-        if not refs and name != "__init__" and file.startswith(EXECUTOR_DIR + "/"):
+            refs = [
+                r
+                for r in self.by_key.get(("method", name), [])
+                if r.function != key and (r.foreign or (r.function and r.function[1] in family))
+            ]
+        if refs and not any(r.called for r in refs) and name != "__init__":
+            # only registered (a request handler, a callback): runs when that request or event comes
+            result = (
+                any(self.function(r.function, seen | {key})[0] for r in refs),
+                [f"{cls + '.' if cls else ''}{name}() is a handler or callback"],
+            )
+        elif not refs and name != "__init__" and file.startswith(EXECUTOR_DIR + "/"):
             # a runner API nothing on the path calls (weight updates, EPLB, ...): runs only when something else asks
             result = (True, [f"{cls + '.' if cls else ''}{name}() called from outside the speculative path"])
         elif not refs:  # constructed or driven by the scheduler whenever the algorithm is on
@@ -563,9 +731,13 @@ class _Reach:
         return result
 
     def family(self, cls: str) -> set[str]:
+        return self.family_of(self.facts, cls)
+
+    @staticmethod
+    def family_of(facts: PathFacts, cls: str) -> set[str]:
         related = {cls}
-        related.update(b.split(".")[-1] for b in self.facts.classes.get(cls, ("", []))[1])
-        related.update(name for name, (_, bases) in self.facts.classes.items() if cls in {b.split(".")[-1] for b in bases})
+        related.update(b.split(".")[-1] for b in facts.classes.get(cls, ("", []))[1])
+        related.update(name for name, (_, bases) in facts.classes.items() if cls in {b.split(".")[-1] for b in bases})
         return related
 
 
@@ -665,17 +837,117 @@ def model_class_from_dir(model_dir: str | Path, index: Optional[ModelIndex] = No
 
 
 def path_facts(source: SglangSource, predicates: dict[str, bool]) -> PathFacts:
+    """Walk the path until the target's bindings settle.
+
+    Each round records where a target is handed to a function (``configure_aux_hidden_state_capture(model=
+    self.model)``, ``resolve_target_embed_and_head(target_model)``) or stored on ``self``; the next round
+    treats that parameter or attribute as the target too. A callee imported from another module of the
+    executor, speculative, scheduler or loader code joins the path (recursively)."""
+    files = list(speculative_path_files(source, predicates))
+    bindings = Bindings()
     facts = PathFacts()
-    for file in speculative_path_files(source, predicates):
-        _Walker(file, facts).module(source.tree(file))
+    for file in files:
+        _Walker(file, facts, bindings).module(source.tree(file))
+    walked = len(files)
+    done_passes = 0
+    for _ in range(MAX_BINDING_ROUNDS):
+        changed: set[tuple] = set()
+        for cls, attr in list(facts.self_bindings):
+            if attr not in bindings.self_attrs.setdefault(cls, set()):
+                bindings.self_attrs[cls].add(attr)
+                changed.update(key for key in facts.nodes if key[1] == cls)
+        for callee, hit, file in facts.passes[done_passes:]:
+            for key in _callees(source, facts, callee, file, files):
+                params = facts.signatures.get(key)
+                if params is None:
+                    continue
+                name = params[hit] if isinstance(hit, int) and hit < len(params) else hit if hit in params else None
+                if isinstance(name, str) and name not in bindings.params.setdefault(key, set()):
+                    bindings.params[key].add(name)
+                    changed.add(key)
+        done_passes = len(facts.passes)
+        if not changed and walked == len(files):
+            break
+        for file in files[walked:]:  # modules the target was handed into
+            _Walker(file, facts, bindings).module(source.tree(file))
+        walked = len(files)
+        # calls into a newly added module were seen before its functions were known: look at them again
+        done_passes = 0
+        seen = set(facts.uses)
+        for key in changed:
+            delta = PathFacts()
+            _Walker(key[0], delta, bindings).again(facts.nodes[key], key)
+            facts.uses.extend(u for u in delta.uses if u not in seen)
+            seen.update(delta.uses)
+            facts.passes.extend(p for p in delta.passes if p not in facts.passes)
+            facts.self_bindings |= delta.self_bindings
     return facts
 
 
-def target_uses(source: SglangSource, algorithm: str) -> Iterator[tuple[Use, str, list[str]]]:
-    """(use, 'required' | 'conditional' | 'guarded', features) for each use of the target model on the path."""
-    predicates = algorithm_predicates(source, algorithm)
-    facts = path_facts(source, predicates)
-    reach = _Reach(facts, predicates, algorithm_attributes(facts, predicates))
+def _callees(source: SglangSource, facts: PathFacts, callee: tuple, file: str, files: list[str]) -> list[tuple]:
+    """Function keys a call may run; adds the module a called name is imported from to ``files``."""
+    if callee[0] == "method":
+        _, cls, name = callee
+        family = _Reach.family_of(facts, cls)
+        return [key for key in facts.signatures if key[1] in family and key[2] == name]
+    name = callee[1]
+    local = [key for key in facts.signatures if key[0] == file and key[2] in (name, "__init__") and (key[1] is None or key[1] == name)]
+    local = [key for key in local if (key[1] is None and key[2] == name) or (key[1] == name and key[2] == "__init__")]
+    if local:
+        return local
+    origin = _imported_module(source, file, name)
+    if origin and origin not in files and source.has(origin) and origin.startswith(_FOLLOW_PREFIXES):
+        files.append(origin)
+        return []
+    return [
+        key
+        for key in facts.signatures
+        if key[0] == origin and ((key[1] is None and key[2] == name) or (key[1] == name and key[2] == "__init__"))
+    ]
+
+
+def _imported_module(source: SglangSource, file: str, name: str) -> Optional[str]:
+    return source.imports(file).get(name)
+
+
+def loader_assignments(source: SglangSource) -> dict[str, str]:
+    """Attributes the model loader sets on every model it builds: ``model.X = ...`` unconditionally (at the top
+    level of the function body, or in a ``with``) on the name the function returns. {name: "file:line"}."""
+    found: dict[str, str] = {}
+    for file in source.files_under(LOADER_DIR, recursive=True):
+        text = source.text(file)
+        names = {m.group(1) for m in _ATTRIBUTE_ASSIGNMENT.finditer(text)}
+        if not any(f"return {name}\n" in text for name in names):
+            continue  # parse only the files that could hold such a function
+        for func in ast.walk(source.tree(file)):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            returned = {n.value.id for n in ast.walk(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+            body = list(func.body)
+            while body:
+                stmt = body.pop(0)
+                if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                    body[:0] = stmt.body
+                    continue
+                if isinstance(stmt, ast.Assign):
+                    for target in stmt.targets:
+                        chain = _dotted(target) or []
+                        if len(chain) == 2 and chain[0] in returned:
+                            found.setdefault(chain[1], f"{file}:{stmt.lineno}")
+    return found
+
+
+def target_uses(source: SglangSource, algorithm: str, provided: Optional[set] = None) -> Iterator[tuple[Use, str, list[str]]]:
+    """(use, 'required' | 'conditional' | 'guarded', features) for each use of the target model on the path.
+
+    With ``provided`` (the model class's attributes), ``hasattr(model, "x")`` tests are decided by the class."""
+    cached = source.path_cache.get(algorithm.upper())
+    if cached is None:  # the path does not depend on the model class: walked once per source and algorithm
+        predicates = algorithm_predicates(source, algorithm)
+        facts = path_facts(source, predicates)
+        cached = source.path_cache[algorithm.upper()] = (predicates, facts, algorithm_attributes(facts, predicates))
+    predicates, facts, attributes = cached
+    reach = _Reach(facts, predicates, attributes, provided)
     for use in facts.uses:
         live, own = reach.conds(use.conds)
         if not live:
@@ -700,13 +972,15 @@ def audit(sglang: str | Path | SglangSource, model_class: Optional[str] = None, 
             raise SglangAuditError("name a model class or a model directory")
         model_class = model_class_from_dir(model_dir, index)
     provided = index.provided(model_class)
+    by_loader = loader_assignments(source)
+    provided = provided | set(by_loader)
     if "__getattr__" in provided:  # a class of SGLang's own that delegates unknown attributes provides them all
         provided = provided | {"*"}
     required: dict[str, list[str]] = {}
     sites: dict[str, set[str]] = {}
     conditional: dict[tuple[str, str], Conditional] = {}
     guarded: set[str] = set()
-    for use, kind, features in target_uses(source, algorithm):
+    for use, kind, features in target_uses(source, algorithm, provided):
         if use.name.startswith("__") and use.name.endswith("__"):
             continue  # every Python object has these
         present = use.name in provided or "*" in provided
@@ -728,6 +1002,7 @@ def audit(sglang: str | Path | SglangSource, model_class: Optional[str] = None, 
         guarded=sorted(guarded - set(required)),
         ok=not missing,
         required=sorted(required),
+        assigned_by_loader={name: site for name, site in sorted(by_loader.items()) if name in required or name in sites},
     )
 
 

@@ -6,12 +6,15 @@ Only the standard library is imported at module load.
 
 Rules, in the order they are checked for each selected patch:
 
+* the target file does not exist in this release -> `not-applicable` (nothing to do, not a failure);
 * target's current sha256 equals the `after_sha256` recorded in the state -> applied (nothing to do);
-* the target already has the fix (the manifest's `fixed_upstream` detector matches and the file does
-  not carry this toolkit's `sglang-patch <id>` marker) -> `fixed-upstream`, file untouched;
-* the installed SGLang version is not listed for the patch -> refused, nothing changed;
-* current sha256 equals the pristine hash of that version -> to apply;
+* the target already has the fix (the manifest's `fixed_upstream` detector matches what the code does and
+  the file does not carry this toolkit's `sglang-patch <id>` marker) -> `fixed-upstream`, file untouched;
+* the installed SGLang version is outside the patch's `applies_to` range -> refused, nothing changed;
+* current sha256 is one of the patch's known pristine hashes -> to apply (with that hash's template);
 * anything else -> drift, refused, naming the file, the expected hashes and the found hash.
+
+Versions are compared as versions (0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11), never as text.
 
 Hunks are applied by this module's own unified-diff applier: no fuzz and NO offset. Every hunk must
 match, context and removed lines byte for byte, at exactly the line its header states (the pristine
@@ -54,6 +57,9 @@ STATE_FILE = "state.json"
 PRISTINE_DIR = "pristine"
 MARKER = "sglang-patch {id}"
 VARIABLE_TYPES = ("int", "bool", "str", "list[int]", "dict[int,int]")
+# fixed_upstream detectors: `class` + `defines` (the class defines these methods), `no_subscript` (no
+# `TABLE[...]` indexing of these names is left: lookups cannot raise KeyError), `contains`, `regex`.
+DETECTORS = ("class", "no_subscript", "contains", "regex")
 
 
 class SglangPatchError(Exception):
@@ -107,6 +113,50 @@ class PatchSpec:
     versions: dict[str, str]
     variables: dict[str, Variable]
     fixed_upstream: Optional[dict[str, Any]]
+    applies_to: str = ""  # a version range, e.g. ">=0.5.9,<0.5.14"; empty: exactly the listed versions
+    templates: dict[str, str] = field(default_factory=dict)  # pristine sha256 -> template, when not `template`
+
+    def in_range(self, version: str) -> bool:
+        if not self.applies_to:
+            return version in self.versions
+        return version_in_range(version, self.applies_to)
+
+    def range_text(self) -> str:
+        known = ", ".join(sorted(self.versions, key=version_key))
+        return f"{self.applies_to} (pristine files known from {known})" if self.applies_to else known
+
+    def template_for(self, pristine_sha: Optional[str]) -> str:
+        return self.templates.get(pristine_sha or "", self.template)
+
+
+# ---------------------------------------------------------------- versions
+
+
+def version_key(version: str) -> tuple:
+    """A sort key comparing release numbers as numbers: 0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11; rc/dev before."""
+    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev|post)\.?(\d*))?", str(version))
+    if not found:
+        return ((), 0, 0, str(version))
+    release = tuple(int(p) for p in found.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]
+    tag, number = found.group(2), int(found.group(3) or 0)
+    phase = {"dev": -3, "a": -2, "b": -1, "rc": -1, None: 0, "post": 1}[tag]
+    return (release, phase, number, "")
+
+
+def version_in_range(version: str, spec: str) -> bool:
+    """True when `version` meets every comma-separated clause of `spec` (>=, >, <=, <, ==, !=)."""
+    key = version_key(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        found = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*(\S+)", clause)
+        if not found:
+            raise ManifestError(f"version range {spec!r}: cannot read {clause!r} (expected e.g. >=0.5.9,<0.5.14)")
+        op, other = found.group(1), version_key(found.group(2))
+        ok = {">=": key >= other, "<=": key <= other, ">": key > other, "<": key < other, "==": key == other, "!=": key != other}[op]
+        if not ok:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -196,11 +246,22 @@ def _patch_spec(entry: Any) -> PatchSpec:
         raise ManifestError(f"patch {entry.get('id', '?')!r} lacks {', '.join(missing)}")
     patch_id = str(entry["id"])
     versions: dict[str, str] = {}
+    templates: dict[str, str] = {}
     for version, info in dict(entry["versions"]).items():
         digest = info.get("sha256") if isinstance(info, Mapping) else None
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise ManifestError(f"patch {patch_id!r} version {version}: expected sha256 of 64 hex digits, found {digest!r}")
         versions[str(version)] = digest
+        if isinstance(info, Mapping) and info.get("template"):
+            if templates.get(digest, info["template"]) != info["template"]:
+                raise ManifestError(f"patch {patch_id!r}: pristine sha256 {digest} is given two templates")
+            templates[digest] = str(info["template"])
+    applies_to = str(entry.get("applies_to") or "")
+    if applies_to:
+        version_in_range("0", applies_to)  # raises ManifestError on a malformed range
+        outside = [v for v in versions if not version_in_range(v, applies_to)]
+        if outside:
+            raise ManifestError(f"patch {patch_id!r}: versions {', '.join(outside)} lie outside applies_to {applies_to!r}")
     variables = {}
     for name, info in dict(entry.get("variables") or {}).items():
         if not isinstance(info, Mapping) or "default" not in info or info.get("type") not in VARIABLE_TYPES:
@@ -208,8 +269,8 @@ def _patch_spec(entry: Any) -> PatchSpec:
         var = Variable(name=str(name), type=info["type"], default=None, description=str(info.get("description", "")))
         variables[var.name] = Variable(var.name, var.type, coerce_value(var, info["default"]), var.description)
     detector = entry.get("fixed_upstream")
-    if detector is not None and not (isinstance(detector, Mapping) and ({"class", "contains", "regex"} & set(detector))):
-        raise ManifestError(f"patch {patch_id!r}: fixed_upstream needs `class` (with `defines`), `contains` or `regex`")
+    if detector is not None and not (isinstance(detector, Mapping) and (set(DETECTORS) & set(detector))):
+        raise ManifestError(f"patch {patch_id!r}: fixed_upstream needs one of {', '.join(DETECTORS)}")
     return PatchSpec(
         id=patch_id,
         target=str(entry["target"]),
@@ -220,6 +281,8 @@ def _patch_spec(entry: Any) -> PatchSpec:
         versions=versions,
         variables=variables,
         fixed_upstream=dict(detector) if detector is not None else None,
+        applies_to=applies_to,
+        templates=templates,
     )
 
 
@@ -386,9 +449,27 @@ def fixed_upstream(spec: PatchSpec, source: bytes) -> bool:
         return False
     if "class" in detector:
         return _class_defines(text, str(detector["class"]), [str(n) for n in detector.get("defines", [])])
+    if "no_subscript" in detector:
+        return _no_subscript(text, [str(n) for n in detector["no_subscript"]])
     if "contains" in detector:
         return str(detector["contains"]) in text
     return re.search(str(detector["regex"]), text, re.MULTILINE) is not None
+
+
+def _no_subscript(text: str, names: list[str]) -> bool:
+    """True when no `NAME[...]` / `obj.NAME[...]` read is left for any of the names (``.get()`` or an
+    explicit membership check instead): indexing by an unknown key can no longer raise KeyError."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            value = node.value
+            name = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+            if name in names:
+                return False
+    return True
 
 
 def _class_defines(text: str, class_name: str, names: list[str]) -> bool:
@@ -489,10 +570,13 @@ def unified_diff(old: bytes, new: bytes, target: str) -> str:
     )
 
 
-def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any]) -> str:
-    """Render the patch's .diff.j2 with StrictUndefined (jinja2 imported here, not at module load)."""
+def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any], pristine_sha: Optional[str] = None) -> str:
+    """Render the patch's .diff.j2 (the one for this pristine sha256) with StrictUndefined (jinja2 imported here)."""
     if spec.id in manifest.rendered:
         entry = manifest.rendered[spec.id]
+        variants = entry.get("variants")
+        if pristine_sha and isinstance(variants, Mapping) and pristine_sha in variants:
+            entry = {"values": entry["values"], "text": variants[pristine_sha]}
         if json.loads(json.dumps(dict(entry["values"]))) != json.loads(json.dumps(dict(values))):
             raise UsageError(f"patch {spec.id}: pre-rendered with values {dict(entry['values'])}, but {dict(values)} are requested")
         return str(entry["text"])
@@ -500,7 +584,7 @@ def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any])
         raise UsageError(f"patch {spec.id}: no template directory and no pre-rendered text")
     import jinja2
 
-    path = manifest.template_dir / spec.template
+    path = manifest.template_dir / spec.template_for(pristine_sha)
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -522,6 +606,8 @@ def render_selected(
     for spec in _select(manifest, only):
         chosen = _values_for(manifest, spec, values or {})
         out[spec.id] = {"values": json.loads(json.dumps(chosen)), "text": render_patch(manifest, spec, chosen)}
+        if spec.templates:  # pristine files that need their own template (same change, other line numbers)
+            out[spec.id]["variants"] = {sha: render_patch(manifest, spec, chosen, sha) for sha in spec.templates}
     return out
 
 
@@ -589,15 +675,21 @@ def _read_target(sglang_dir: Path, spec: PatchSpec) -> Optional[bytes]:
 
 
 def _classify(spec: PatchSpec, version: str, data: Optional[bytes], entry: Optional[Mapping[str, Any]]) -> str:
-    """One of pristine / applied / drifted / fixed-upstream / unsupported-version."""
-    found = sha256_bytes(data) if data is not None else None
+    """One of not-applicable / pristine / applied / drifted / fixed-upstream / unsupported-version."""
+    if data is None:
+        return "applied" if entry else "not-applicable"
+    found = sha256_bytes(data)
     if entry and found == entry.get("after_sha256"):
         return "applied"
-    if data is not None and fixed_upstream(spec, data):
+    if fixed_upstream(spec, data):
         return "fixed-upstream"
-    if version not in spec.versions:
+    if not spec.in_range(version):
         return "unsupported-version"
-    return "pristine" if found == spec.versions[version] else "drifted"
+    return "pristine" if found in spec.versions.values() else "drifted"
+
+
+# Outcomes that need nothing done and fail nothing.
+NOT_NEEDED = ("fixed-upstream", "not-applicable")
 
 
 def status(
@@ -621,7 +713,7 @@ def status(
                 target=spec.target,
                 status=_classify(spec, version, data, entry),
                 found_sha256=sha256_bytes(data) if data is not None else None,
-                before_sha256=spec.versions.get(version),
+                before_sha256=entry.get("before_sha256") if entry else spec.versions.get(version),
                 after_sha256=entry.get("after_sha256") if entry else None,
                 values=dict(entry.get("values", {})) if entry else {},
             )
@@ -679,6 +771,7 @@ def apply(
         atomic_write(target, new)
         py_compile.compile(str(target), doraise=True)
         by_id[spec.id].status = "applied"
+        by_id[spec.id].found_sha256 = sha256_bytes(new)  # what is on disk now
     return results
 
 
@@ -693,11 +786,14 @@ def _plan_one(
 ) -> tuple[PatchResult, Optional[bytes]]:
     data = _read_target(pkg, spec)
     result = PatchResult(id=spec.id, target=spec.target, status="", values=chosen)
+    kind = _classify(spec, version, data, entry)
     if data is None:
-        raise DriftError(f"patch {spec.id}: target {pkg / spec.target} does not exist")
+        if kind == "applied":
+            raise DriftError(f"patch {spec.id}: {pkg / spec.target} is recorded as patched but no longer exists; nothing changed")
+        result.status = "not-applicable"
+        return result, None
     found = sha256_bytes(data)
     result.found_sha256 = found
-    kind = _classify(spec, version, data, entry)
     if kind == "applied":
         assert entry is not None
         if dict(entry.get("values", {})) != json.loads(json.dumps(chosen)):
@@ -711,10 +807,13 @@ def _plan_one(
         return result, None
     if kind == "unsupported-version":
         raise UnsupportedVersionError(
-            f"patch {spec.id}: written for SGLang {', '.join(sorted(spec.versions))}, found SGLang {version} at {pkg}; nothing changed"
+            f"patch {spec.id}: written for SGLang {spec.range_text()}, found SGLang {version} at {pkg}, "
+            f"where {spec.target} is not recognised as fixed upstream; nothing changed"
         )
     if kind == "drifted":
-        expected = [spec.versions[version]] + ([entry["after_sha256"]] if entry and entry.get("after_sha256") else [])
+        known = list(dict.fromkeys([spec.versions[version]] if version in spec.versions else []))
+        known += [d for d in dict.fromkeys(spec.versions.values()) if d not in known]
+        expected = known + ([entry["after_sha256"]] if entry and entry.get("after_sha256") else [])
         raise DriftError(
             f"patch {spec.id}: {pkg / spec.target} has drifted: expected sha256 {' or '.join(expected)}, found {found}; nothing changed"
         )
@@ -729,7 +828,7 @@ def _plan_one(
 
 def patched_source(manifest: Manifest, spec: PatchSpec, data: bytes, chosen: Mapping[str, Any], lint: Optional[bool] = None) -> bytes:
     """The target's bytes with the rendered patch applied in memory, compiled and (see apply) linted."""
-    rendered = render_patch(manifest, spec, chosen)
+    rendered = render_patch(manifest, spec, chosen, sha256_bytes(data))
     try:
         diff = parse_unified_diff(rendered)
         if diff.new_path != spec.target:
@@ -872,6 +971,7 @@ def revert(
             atomic_write(target, pristine)
             py_compile.compile(str(target), doraise=True)
             by_id[patch_id].status = "reverted"
+            by_id[patch_id].found_sha256 = sha256_bytes(pristine)
         del state["patches"][patch_id]
     if planned:
         _write_state(states, state)

@@ -537,3 +537,93 @@ def test_find_sglang_says_what_is_wrong(tmp_path: Path, setup: Any, message: str
     setup(venv)
     with pytest.raises(SglangPackageError, match=message):
         find_sglang(venv)
+
+
+# ---------------------------------------------------------------- ranges, outcomes, messages (issue 14)
+
+
+def test_versions_compare_as_versions() -> None:
+    from sglang_patches import version_in_range, version_key
+
+    assert sorted(["0.5.10", "0.5.9", "0.5.13.post1", "0.5.13", "0.5.10.post1"], key=version_key) == [
+        "0.5.9",
+        "0.5.10",
+        "0.5.10.post1",
+        "0.5.13",
+        "0.5.13.post1",
+    ]
+    assert version_in_range("0.5.13.post1", ">=0.5.9,<0.5.14") and not version_in_range("0.5.14", ">=0.5.9,<0.5.14")
+    assert not version_in_range("0.5.8", ">=0.5.9,<0.5.14")
+
+
+def test_refusal_lists_versions_in_version_order(manifest_data: dict[str, Any], sg9: Path, tmp_path: Path) -> None:
+    data = json.loads(json.dumps(manifest_data))
+    symm = next(p for p in data["patches"] if p["id"] == "torch_symm_mem_sm120")
+    symm["applies_to"] = ">=0.5.10,<0.5.14"
+    del symm["versions"]["0.5.9"]
+    custom = tmp_path / "manifest.yml"
+    custom.write_text(yaml.safe_dump(data))
+    for name in ("kimi_k25_eagle3_delegation.diff.j2", "torch_symm_mem_sm120.diff.j2", "torch_symm_mem_sm120.spdx.diff.j2"):
+        shutil.copy2(ROOT / "files" / "patches" / name, tmp_path / name)
+    refused = run_cli("apply", "--sglang", str(sg9), "--only", "torch_symm_mem_sm120", "--manifest", str(custom))
+    assert refused.returncode == 1
+    assert "written for SGLang >=0.5.10,<0.5.14 (pristine files known from 0.5.10, 0.5.11, 0.5.13)" in refused.stderr
+
+
+def test_symm_mem_fixed_upstream_by_what_the_code_does(manifest: Manifest) -> None:
+    from sglang_patches import fixed_upstream
+
+    spec = manifest.get("torch_symm_mem_sm120")
+    for version, fixed in (("0.5.9", False), ("0.5.13", False), ("0.5.15", True), ("0.5.23", True)):
+        assert fixed_upstream(spec, (wheel_dir(version) / SYMM).read_bytes()) is fixed, version
+    # .get() on one table is not enough while the other is still indexed
+    text = (
+        (wheel_dir("0.5.15") / SYMM)
+        .read_text()
+        .replace(
+            "self._WORLD_SIZES_MULTIMEM.get(\n            self.device_capability, ()\n        )",
+            "self._WORLD_SIZES_MULTIMEM[self.device_capability]",
+        )
+    )
+    assert fixed_upstream(spec, text.encode()) is False
+
+
+def test_drift_within_the_range_is_refused(tmp_path: Path) -> None:
+    tree = tmp_path / "sglang"
+    shutil.copytree(wheel_dir("0.5.11"), tree)
+    (tree / SYMM).write_text((tree / SYMM).read_text() + "# local change\n")
+    before = snapshot(tree)
+    refused = run_cli("apply", "--sglang", str(tree))
+    assert refused.returncode == 1 and "has drifted" in refused.stderr and "nothing changed" in refused.stderr
+    assert snapshot(tree) == before
+
+
+def test_missing_target_is_not_applicable(tmp_path: Path) -> None:
+    tree = tmp_path / "sglang"
+    shutil.copytree(wheel_dir("0.5.23"), tree)
+    done = run_cli("apply", "--sglang", str(tree), "--only", "flashinfer_allreduce_fusion_sm120")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "flashinfer_allreduce_fusion_sm120: not-applicable (srt/layers/communicator.py)\n"
+
+
+def test_apply_prints_the_new_hash_and_revert_says_when_nothing_is_recorded(sg9: Path) -> None:
+    pristine = sha256_bytes((sg9 / KIMI).read_bytes())
+    applied = run_cli("apply", "--sglang", str(sg9), "--only", "kimi_k25_eagle3_delegation")
+    now = sha256_bytes((sg9 / KIMI).read_bytes())
+    assert f"kimi_k25_eagle3_delegation: applied ({KIMI}) sha256={now} (was {pristine})" in applied.stdout
+    reverted = run_cli("revert", "--sglang", str(sg9))
+    assert f"sha256={pristine} (was {now})" in reverted.stdout
+    empty = run_cli("revert", "--sglang", str(sg9))
+    assert empty.returncode == 0 and "nothing to revert: no patch is recorded in" in empty.stdout
+
+
+def test_prerendered_variant_for_the_spdx_file(manifest: Manifest, tmp_path: Path) -> None:
+    """Rendered on the controller, applied on a 0.5.13 host: the variant for that pristine sha256 is used."""
+    rendered = render_selected(manifest)
+    assert set(rendered["torch_symm_mem_sm120"]["variants"]) == {"a073dd175f81bb4ad912872e2e1b23d682473eed48fa4a78d992b1798b3fd007"}
+    tree = tmp_path / "sglang"
+    shutil.copytree(wheel_dir("0.5.13"), tree)
+    results = apply(
+        load_manifest(yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text()), rendered=rendered), tree, tmp_path / "state"
+    )
+    assert [r.status for r in results] == ["fixed-upstream", "applied"]
