@@ -82,7 +82,7 @@ molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
 test: lint pytest molecule
 
 # Speed goals live here, not in timed unit tests.
-bench: venv images wheelhouse sglang-wheels
+bench: venv images wheelhouse sglang-wheels sglang-runtime
 	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py
 	$(VENV)/bin/python scripts/bench_converge.py
 
