@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run molecule scenarios in LANES parallel lanes (default 2), each lane one scenario after another.
+# Run molecule scenarios in MOLECULE_LANES parallel lanes (default 2), each lane one scenario after another.
 # A scenario spends most of its time waiting on containers, SSH and systemd, so two lanes use a
 # 2-core machine better than one. Every line is prefixed with its scenario; each scenario's time
 # is printed at the end. Exits non-zero when any scenario failed (the other lane still finishes).
@@ -10,10 +10,21 @@ lanes=${MOLECULE_LANES:-2}
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 
+# A shared queue, in the order given (put the longest first): each lane takes the next scenario
+# when it is free, so a long scenario does not hold back the others.
+queue=$results/queue
+printf '%s\n' "$@" >"$queue"
+next_scenario() {
+    (
+        flock 9
+        head -n 1 "$queue"
+        sed -i '1d' "$queue"
+    ) 9>"$queue.lock"
+}
+
 run_lane() {
-    local lane=$1; shift
-    local scenario start status
-    for scenario in "$@"; do
+    local lane=$1 scenario start status
+    while scenario=$(next_scenario) && [ -n "$scenario" ]; do
         start=$(date +%s)
         molecule test -s "$scenario" 2>&1 | sed -u "s/^/[$scenario] /"
         status=${PIPESTATUS[0]}
@@ -21,17 +32,10 @@ run_lane() {
     done
 }
 
-# Deal the scenarios to the lanes in the order given (put the longest first).
-declare -a assigned
-i=0
-for scenario in "$@"; do
-    assigned[$((i % lanes))]+="$scenario "
-    i=$((i + 1))
-done
 pids=()
-for lane in $(seq 0 $((lanes - 1))); do
-    # shellcheck disable=SC2086
-    [ -n "${assigned[$lane]:-}" ] && { run_lane "$lane" ${assigned[$lane]} & pids+=($!); }
+for lane in $(seq 1 "$lanes"); do
+    run_lane "$lane" &
+    pids+=($!)
 done
 wait "${pids[@]}"
 
