@@ -72,6 +72,8 @@ lint: venv
 	ansible-lint --profile production --offline playbooks roles molecule tests/playbooks
 	ruff check .
 	ruff format --check .
+	for module in library/*.py; do \
+	  ansible-doc -M library "$$(basename "$$module" .py)" >/dev/null || { echo "lint: ansible-doc cannot read the docs of $$module" >&2; exit 1; }; done
 
 pytest: venv wheelhouse sglang-wheels sglang-runtime
 	pytest tests

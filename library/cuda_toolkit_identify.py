@@ -17,14 +17,40 @@ description:
     has installed at which version.
   - Reads only; never reports a change.
 options:
-  root: {description: Toolkit path (/usr/local/cuda-13.0)., type: path, required: true}
-  version: {description: The release wanted (13.0.1)., type: str, required: true}
-  components: {description: Component wheel -> version of that release; must name nvidia-cuda-runtime., type: dict, required: true}
-  component_packages: {description: Component wheel -> NVIDIA Debian package names ({series} = 13-0)., type: dict, default: {}}
-  meta_packages: {description: Meta package names ({series}); pinned at the release version., type: list, elements: str, default: []}
-  runtime_packages: {description: Package names of the CUDA runtime ({series})., type: list, elements: str, default: []}
-  runtime_releases: {description: Runtime version -> release it belongs to., type: dict, default: {}}
-  apt_revision: {description: Debian revision of NVIDIA's packages (13.0.88-C(1))., type: str, default: "1"}
+  root:
+    description: 'Toolkit path (/usr/local/cuda-13.0).'
+    type: path
+    required: true
+  version:
+    description: 'The release wanted (13.0.1).'
+    type: str
+    required: true
+  components:
+    description: 'Component wheel -> version of that release; must name nvidia-cuda-runtime.'
+    type: dict
+    required: true
+  component_packages:
+    description: 'Component wheel -> NVIDIA Debian package names ({series} = 13-0).'
+    type: dict
+    default: {}
+  meta_packages:
+    description: 'Meta package names ({series}); pinned at the release version.'
+    type: list
+    elements: str
+    default: []
+  runtime_packages:
+    description: 'Package names of the CUDA runtime ({series}).'
+    type: list
+    elements: str
+    default: []
+  runtime_releases:
+    description: 'Runtime version -> release it belongs to.'
+    type: dict
+    default: {}
+  apt_revision:
+    description: 'Debian revision of NVIDIA''s packages (13.0.88-C(1)).'
+    type: str
+    default: "1"
 author: sglang-sm120 toolkit
 """
 

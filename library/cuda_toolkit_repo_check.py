@@ -12,15 +12,34 @@ description:
     pinned package the repository carries is offered at its pinned version.
   - With I(fingerprints), fetches I(key) (URL, host path or armored text) and fails unless one of
     its primary keys has one of those fingerprints.
-  - Reads only (the index is not trusted for anything but this check: apt verifies the signed
+  - Reads only (the index is not trusted for anything but this check, apt verifies the signed
     repository afterwards); never reports a change.
 options:
-  url: {description: Repository URL (https:, http: or file:), ending in /., type: str, required: true}
-  version: {description: The CUDA release wanted, for messages., type: str, required: true}
-  pins: {description: Debian package -> exact version., type: dict, required: true}
-  required: {description: Packages that must be offered at their pinned version., type: list, elements: str, default: []}
-  key: {description: Signing key to check (URL, absolute host path or armored key)., type: str}
-  fingerprints: {description: Allowed fingerprints of the key (hex, spaces ignored)., type: list, elements: str, default: []}
+  url:
+    description: Repository URL (https, http or file scheme), ending in /.
+    type: str
+    required: true
+  version:
+    description: The CUDA release wanted, for messages.
+    type: str
+    required: true
+  pins:
+    description: Debian package -> exact version.
+    type: dict
+    required: true
+  required:
+    description: Packages that must be offered at their pinned version.
+    type: list
+    elements: str
+    default: []
+  key:
+    description: Signing key to check (URL, absolute host path or armored key).
+    type: str
+  fingerprints:
+    description: Allowed fingerprints of the key (hex, spaces ignored).
+    type: list
+    elements: str
+    default: []
 author: sglang-sm120 toolkit
 """
 

@@ -15,7 +15,7 @@ description:
   - With I(packages), every one of those packages dpkg has installed must be at exactly its version.
   - Compiles a one-line kernel with C(-gencode arch=compute_XY,code=sm_XY) in a temporary
     directory and reads the GPU architecture out of the object itself (its embedded fat
-    binary, suffix-exact: sm_120a is not sm_120), so a compiler that exits 0 without emitting
+    binary, suffix-exact, so sm_120a is not sm_120), so a compiler that exits 0 without emitting
     that code still fails.
   - Reads nothing but the toolkit, dpkg's database and a temporary directory; never reports a change.
 options:

@@ -11,7 +11,7 @@ description:
     built; an unknown field or a missing source fails naming the artifact.
   - A key is the sha256 of the artifact's inputs (including the content of controller-side
     sources) and of the keys of what it depends on. Run it on the controller
-    (C(delegate_to: localhost)), where C(path) and C(wheelhouse) sources live. Changes nothing.
+    (C(delegate_to=localhost)), where C(path) and C(wheelhouse) sources live. Changes nothing.
 options:
   specs:
     description: The build specs (see the role sglang_build).

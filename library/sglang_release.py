@@ -7,8 +7,8 @@ DOCUMENTATION = r"""
 module: sglang_release
 short_description: Manage versioned SGLang releases and the current symlink
 description:
-  - Thin wrapper around module_utils/releases.py. C(releases.json) is the explicit record: order,
-    state of each release (building, ready, good, bad), current and last known-good.
+  - Thin wrapper around module_utils/releases.py. C(releases.json) is the explicit record of the order,
+    the state of each release (building, ready, good, bad), current and last known-good.
 options:
   root:
     description: Release root (holds releases/, current, releases.json).
