@@ -19,11 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from release_stack import FLASHINFER, KERNEL_PACKAGES, requirements
+
 from sglang_audit import SglangAuditError, SglangSource, audit
 from sglang_patches import NOT_NEEDED, SglangPatchError, _select, _values_for, apply, patched_source, sglang_version
 
 VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?$")
-STACK_PACKAGES = {"torch": "torch", "flashinfer-python": "flashinfer_python", "sgl-kernel": "kernel", "sglang-kernel": "kernel"}
+STACK_PACKAGES = {"torch": "torch", FLASHINFER: "flashinfer_python", **dict.fromkeys(KERNEL_PACKAGES, "kernel")}
 
 
 class CompatError(Exception):
@@ -147,24 +149,14 @@ def _from_wheel(wheel: Path, cache: Path, label: Optional[str] = None) -> Releas
 
 
 def stack_from_metadata(metadata: Optional[str]) -> dict[str, str]:
-    """{torch, flashinfer_python, kernel} pins from Requires-Dist (unconditional requirements only)."""
+    """{torch, flashinfer_python, kernel} pins as written in Requires-Dist (release_stack parses them)."""
     if metadata is None:
         return {name: "unknown (no wheel METADATA)" for name in ("torch", "flashinfer_python", "kernel")}
     found: dict[str, str] = {}
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        requirement, _, marker = line[len("Requires-Dist:") :].partition(";")
-        if "extra" in marker:
-            continue
-        match = re.match(r"\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*\(?([^)]*)\)?", requirement)
-        if not match:
-            continue
-        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
-        key = STACK_PACKAGES.get(name)
+    for pin in requirements(metadata):
+        key = STACK_PACKAGES.get(pin.key)
         if key and key not in found:
-            pin = match.group(3).strip()
-            found[key] = f"{match.group(1)}{match.group(2) or ''}{pin}" if key == "kernel" else (pin or "any")
+            found[key] = pin.text() if key == "kernel" else (pin.specifier or "any")
     for key in ("torch", "flashinfer_python", "kernel"):
         found.setdefault(key, "not required")
     return found

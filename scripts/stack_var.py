@@ -3,6 +3,11 @@
 
 scripts/stack_var.py stack_cuda_version        -> 13.0.1
 scripts/stack_var.py stack_cuda_wheel_specs    -> one item a line
+scripts/stack_var.py stack_sglang_version      -> 0.5.9
+
+Only values written out in stack.yml: the ones Ansible derives (stack_torch_version and the rest of
+the Python stack follow stack_sglang_version through the lookup sglang_release_stack) are refused
+with the command that renders them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ def main(argv: list[str]) -> int:
         print(f"stack_var.py: {argv[1]} is not set in {STACK}", file=sys.stderr)
         return 2
     value = stack[argv[1]]
+    if "{{" in str(value):
+        print(
+            f"stack_var.py: {argv[1]} is derived by Ansible ({value}); render it with\n"
+            f"  ansible localhost -i inventory/production --playbook-dir playbooks -m debug -a var={argv[1]}",
+            file=sys.stderr,
+        )
+        return 2
     for item in value if isinstance(value, list) else [value]:
         print(item)
     return 0

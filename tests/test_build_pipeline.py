@@ -464,13 +464,24 @@ def production_specs() -> list[dict[str, Any]]:
     """The production specs, rendered with stack.yml as Ansible would."""
     import jinja2
     import yaml
+    from release_stack import release_stack
 
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    # what the lookup sglang_release_stack derives from stack_sglang_version (tests/test_release_stack.py renders it through Ansible)
+    release = release_stack(stack["stack_sglang_version"], [CACHE_DIR / "sglang"])
+    stack.update(
+        stack_torch_version=release["torch"],
+        stack_flashinfer_version=release["flashinfer"],
+        stack_kernel_package=release["kernel_package"],
+        stack_kernel_version=release["kernel_version"],
+        stack_triton_version=stack["stack_torch_triton_versions"][release["torch"]],
+    )
     data = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())
     env = jinja2.Environment()
     env.globals["lookup"] = lambda *args: ""
     context = {**stack, "inventory_dir": str(ROOT / "inventory/production")}
     context["sglang_prebuilt_wheelhouse"] = env.from_string(data["sglang_prebuilt_wheelhouse"]).render(**context)
+    context["sglang_kernel_source_ref"] = env.from_string(data["sglang_kernel_source_ref"]).render(**context)
     return yaml.safe_load(env.from_string(yaml.safe_dump(data["sglang_build_specs"])).render(**context))
 
 
