@@ -1,0 +1,81 @@
+# Names this run for the deploy lock, and checks on the controller whether the process of a lock's
+# holder still runs. Found by Ansible next to the playbooks (playbooks/lookup_plugins/).
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
+DOCUMENTATION = """
+name: sglang_lock_holder
+short_description: This run's deploy-lock record, and whether a lock's holder process still runs here
+description:
+  - C(self) returns this run's holder record for the sglang_lock module, read on the controller
+    (module_utils/deploy_lock.py) - C(user) (the controller's real user, from the password database),
+    C(controller) (hostname), C(controller_id) (hostname, /etc/machine-id, pid namespace), C(pid)
+    (the ansible-playbook process; lookups run in a worker forked from it), C(pid_start) (boot id and
+    start time of that process, so a reused pid is not mistaken for it), C(playbook) and C(run_id)
+    (a hash of controller_id, pid and pid_start, the same for every task of the run).
+  - C(check) returns the controller's verdict on the lock record O(held) - C(dead) is true only if it
+    was taken from this controller and its process no longer exists (or its pid now belongs to a
+    later process); C(why) says which.
+options:
+  _terms:
+    description: C(self) or C(check).
+    required: true
+  playbook:
+    description: Name of the play, recorded in the lock.
+    type: str
+    default: "?"
+  held:
+    description: The lock record to check (C(check)).
+    type: dict
+"""
+
+EXAMPLES = """
+- name: Show who this run is
+  ansible.builtin.debug:
+    msg: "{{ lookup('sglang_lock_holder', 'self', playbook=ansible_play_name) }}"
+"""
+
+RETURN = """
+_list:
+  description: One dictionary per term.
+  type: list
+  elements: dict
+"""
+
+ROOT = Path(__file__).resolve().parents[2]
+_NAME = "sglang_toolkit_deploy_lock"
+
+
+def _deploy_lock():
+    """module_utils/deploy_lock.py, loaded once per process."""
+    if _NAME not in sys.modules:
+        spec = importlib.util.spec_from_file_location(_NAME, ROOT / "module_utils" / "deploy_lock.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_NAME] = module
+        spec.loader.exec_module(module)
+    return sys.modules[_NAME]
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        self.set_options(var_options=variables, direct=kwargs)
+        deploy_lock = _deploy_lock()
+        me = deploy_lock.run_holder(playbook=str(self.get_option("playbook")))
+        out = []
+        for term in terms:
+            if term == "self":
+                out.append(me)
+            elif term == "check":
+                held = self.get_option("held")
+                if not held:
+                    raise AnsibleLookupError("sglang_lock_holder: check needs held=<the lock's record>")
+                out.append(deploy_lock.check_holder(dict(held), me))
+            else:
+                raise AnsibleLookupError(f"sglang_lock_holder: expected the term self or check, got {term!r}")
+        return out
