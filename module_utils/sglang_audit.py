@@ -19,9 +19,14 @@ installed ``sglang/`` directory or straight out of a wheel. Used by ``bin/sglang
 from __future__ import annotations
 
 import ast
+import bisect
+import gc
 import json
+import os
 import re
 import zipfile
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple, Optional
@@ -62,7 +67,9 @@ MAX_BINDING_ROUNDS = 8
 REQUIRED_FILES = ("srt/model_executor/model_runner.py", SPEC_INFO)
 _CATCHES_ATTRIBUTE_ERROR = frozenset({"AttributeError", "Exception", "BaseException"})
 _ATTRIBUTE_ASSIGNMENT = re.compile(r"^[ \t]+(\w+)\.\w+\s*=[^=]", re.MULTILINE)
-_CLASS_LINE = re.compile(r"^class\s+(\w+)\s*[(:]", re.MULTILINE)
+# ^class ... in MULTILINE mode, spelled as "\nclass" to be run over "\n" + text: a literal prefix is found much faster.
+_CLASS_LINE = re.compile(r"\nclass\s+(\w+)\s*[(:]")
+_STATEMENT_NODES = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 class SglangAuditError(Exception):
@@ -114,11 +121,12 @@ class SglangSource:
         elif path.is_dir():
             root = path if (path / "srt").is_dir() or not (path / "sglang").is_dir() else path / "sglang"
             self._root = root
-            self._names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")) if (root / "srt").is_dir() else []
+            self._names = _python_files(root) if (root / "srt").is_dir() else []
             self.origin = str(root)
         else:
             raise SglangAuditError(f"{path} does not exist")
-        missing = [name for name in REQUIRED_FILES if name not in set(self._names)]
+        self._name_set = frozenset(self._names)
+        missing = [name for name in REQUIRED_FILES if name not in self._name_set]
         if missing:
             raise SglangAuditError(f"{path} is not an SGLang package: no sglang/{missing[0]}")
 
@@ -127,7 +135,7 @@ class SglangSource:
         return [n for n in self._names if n.startswith(prefix) and (recursive or "/" not in n[len(prefix) :])]
 
     def has(self, name: str) -> bool:
-        return name in self._texts or name in set(self._names)
+        return name in self._texts or name in self._name_set
 
     def text(self, name: str) -> str:
         if name not in self._texts:
@@ -140,7 +148,7 @@ class SglangSource:
         if name not in self._imports:
             self._imports[name] = {
                 alias.asname or alias.name: _module_file(node.module)
-                for node in ast.walk(self.tree(name))
+                for node in _walk_statements(self.tree(name))
                 if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.")
                 for alias in node.names
             }
@@ -155,6 +163,31 @@ class SglangSource:
         return self._trees[name]
 
 
+def _python_files(root: Path) -> list[str]:
+    """Every ``*.py`` under root, relative and sorted (what ``root.rglob("*.py")`` finds, listed faster)."""
+    found: list[str] = []
+    for directory, dirnames, filenames in os.walk(root):
+        relative = os.path.relpath(directory, root)
+        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+        found.extend(prefix + name for name in (*dirnames, *filenames) if name.endswith(".py"))
+    return sorted(found)
+
+
+def _walk_statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` restricted to statements (and except handlers, match cases), in the same order.
+
+    Expressions never contain statements, so imports, definitions, assignments, returns and raises are
+    all found without visiting the expressions, which make up most of a module's nodes."""
+    pending = deque([tree])
+    while pending:
+        node = pending.popleft()
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                pending.extend(item for item in value if isinstance(item, _STATEMENT_NODES))
+        yield node
+
+
 def _open_wheel(path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
@@ -167,7 +200,7 @@ def sglang_version(source: SglangSource) -> str:
     for name in ("_version.py", "version.py"):
         if not source.has(name):
             continue
-        for node in ast.walk(source.tree(name)):
+        for node in _walk_statements(source.tree(name)):
             if _assigns_version(node):
                 return node.value.value
     return "unknown"
@@ -289,6 +322,9 @@ class Use:
     function: tuple  # (file, class or None, function name)
 
 
+_new_tuple = tuple.__new__  # Reference(...) without the generated __new__'s extra call: ~100k are made per audit
+
+
 class Reference(NamedTuple):
     """A place that calls or names a function/class: how its body gets reached."""
 
@@ -312,6 +348,20 @@ class PathFacts:
     # self.<attr> = <target> inside a class: (class, attr)
     self_bindings: set[tuple[str, str]] = field(default_factory=set)
     nodes: dict[tuple, ast.AST] = field(default_factory=dict)  # function key -> its def, to walk it again
+
+    def signature_keys(self, by: int, value: Optional[str]) -> list[tuple]:
+        """The keys of ``signatures`` whose file (by=0) or function name (by=2) is value, in ``signatures`` order.
+
+        Indexed on demand, again whenever ``signatures`` has grown (keys are only ever added)."""
+        index = self.__dict__.get("_signature_index")
+        if index is None or index[0] != len(self.signatures):
+            by_file: dict[Optional[str], list[tuple]] = {}
+            by_name: dict[Optional[str], list[tuple]] = {}
+            for key in self.signatures:
+                by_file.setdefault(key[0], []).append(key)
+                by_name.setdefault(key[2], []).append(key)
+            index = self.__dict__["_signature_index"] = (len(self.signatures), {0: by_file, 2: by_name})
+        return index[1][by].get(value, [])
 
 
 @dataclass
@@ -345,7 +395,7 @@ def _is_target(node: ast.AST, file: str, cls: Optional[str], aliases: set[str], 
 class _Walker:
     """Records, for one file, every use of the target model with the conditions around it."""
 
-    def __init__(self, file: str, facts: PathFacts, bindings: Optional[Bindings] = None):
+    def __init__(self, file: str, facts: PathFacts, bindings: Optional[Bindings] = None, text: Optional[str] = None):
         self.file = file
         self.facts = facts
         self.bindings = bindings or Bindings()
@@ -355,9 +405,21 @@ class _Walker:
         self.self_attrs: frozenset = frozenset()
         self.called: set[int] = set()
         self.probe_cache: dict[int, tuple] = {}
+        # With the file's text: the lines that spell hasattr (or getattr); a condition spanning none of them has
+        # no probe (guard) to look for.
+        self.probe_lines = _lines_with(text, ("hasattr",))
+        self.guard_lines = _lines_with(text, ("hasattr", "getattr"))
 
     def is_target(self, node: ast.AST) -> bool:
-        return _is_target(node, self.file, self.cls, self.aliases, self.self_attrs)
+        kind = type(node)
+        if kind is ast.Name:
+            return node.id in self.aliases
+        if kind is ast.Attribute:
+            if node.attr != "model":  # only a self attribute bound to the target can be it
+                value = node.value
+                return type(value) is ast.Name and value.id == "self" and node.attr in self.self_attrs
+            return _is_target(node, self.file, self.cls, self.aliases, self.self_attrs)
+        return False  # a call's chain ends in "name()", anything else has no chain
 
     def module(self, tree: ast.Module) -> None:
         for node in tree.body:
@@ -443,59 +505,84 @@ class _Walker:
                     chain = _dotted(target) or []
                     if value_is_target and self.cls and len(chain) == 2 and chain[0] == "self" and "draft" not in chain[1]:
                         self.facts.self_bindings.add((self.cls, chain[1]))
-        for child in ast.iter_child_nodes(stmt):
-            if isinstance(child, ast.expr):
-                self.expression(child, conds, guarded)
+        self.children(stmt, conds, guarded)
 
     def expression(self, node: ast.expr, conds: tuple[Cond, ...], guarded: bool) -> None:
-        if isinstance(node, ast.NamedExpr) and self.is_target(node.value):
-            self.aliases.add(node.target.id)
-        if isinstance(node, ast.Call):
-            self.called.add(id(node.func))
+        # Dispatched on the exact node type (the parser makes no subclasses): names and attribute chains,
+        # most of a module's expressions, take the short ways.
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is ast.Load:
+                called = id(node) in self.called
+                self.facts.references.append(_new_tuple(Reference, (("class", node.id), conds, self.function, called, False)))
+                self.facts.references.append(_new_tuple(Reference, (("function", node.id), conds, self.function, called, False)))
+            return
+        if kind is ast.Constant:
+            return
+        if kind is ast.Attribute:
+            if type(node.ctx) is ast.Load:
+                value = node.value
+                target = self.is_target(value)
+                if target:
+                    self.use(node.attr, node.lineno, conds, guarded)
+                if type(value) is ast.Name and value.id == "self" and self.cls:
+                    called = id(node) in self.called
+                    self.facts.references.append(_new_tuple(Reference, (("method", node.attr), conds, self.function, called, False)))
+                elif not target and id(node) in self.called:
+                    self.facts.references.append(Reference(("method", node.attr), conds, self.function, True, foreign=True))
+            self.expression(node.value, conds, guarded)
+            return
+        if kind is ast.Call:
+            func = node.func
+            self.called.add(id(func))
             self.call(node)
-        if isinstance(node, ast.IfExp):
+            if type(func) is ast.Name and func.id in ("hasattr", "getattr"):
+                args = node.args
+                named = len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
+                if named and self.is_target(args[0]):
+                    soft = func.id == "hasattr" or len(args) >= 3
+                    self.use(args[1].value, node.lineno, conds, guarded or soft)
+            self.expression(func, conds, guarded)
+            for arg in node.args:
+                self.expression(arg, conds, guarded)
+            for keyword in node.keywords:
+                self.expression(keyword.value, conds, guarded)
+            return
+        if kind is ast.IfExp:
             self.expression(node.test, conds, guarded)
             self.expression(node.body, (*conds, self.cond(node.test, True)), guarded)
             self.expression(node.orelse, (*conds, self.cond(node.test, False)), guarded)
             return
-        if isinstance(node, ast.BoolOp):
+        if kind is ast.BoolOp:
             for index, value in enumerate(node.values):
                 before = tuple(self.cond(v, isinstance(node.op, ast.And)) for v in node.values[:index])
                 self.expression(value, (*conds, *before), guarded)
             return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr"):
-            args = node.args
-            named = len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
-            if named and self.is_target(args[0]):
-                soft = node.func.id == "hasattr" or len(args) >= 3
-                self.use(args[1].value, node.lineno, conds, guarded or soft)
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and self.is_target(node.value):
-            self.use(node.attr, node.lineno, conds, guarded)
-        called = id(node) in self.called
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _dotted(node.value) == ["self"] and self.cls:
-            self.facts.references.append(Reference(("method", node.attr), conds, self.function, called))
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and called and not self.is_target(node.value):
-            self.facts.references.append(Reference(("method", node.attr), conds, self.function, True, foreign=True))
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                self.facts.references.append(Reference(("class", node.id), conds, self.function, called))
-                self.facts.references.append(Reference(("function", node.id), conds, self.function, called))
-            return
-        if isinstance(node, ast.Constant):
-            return
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                self.expression(child, conds, guarded)
-            elif isinstance(child, ast.comprehension):
-                for part in (child.iter, child.target, *child.ifs):
-                    self.expression(part, conds, guarded)
-            elif isinstance(child, ast.keyword):
-                self.expression(child.value, conds, guarded)
+        if kind is ast.NamedExpr and self.is_target(node.value):
+            self.aliases.add(node.target.id)
+        self.children(node, conds, guarded)
+
+    def children(self, node: ast.AST, conds: tuple[Cond, ...], guarded: bool) -> None:
+        """``expression`` on each child expression, in ``ast.iter_child_nodes`` order (comprehension parts and
+        keyword values included)."""
+        for name in _child_fields(type(node)):
+            value = getattr(node, name, None)
+            for child in value if type(value) is list else (value,):
+                if isinstance(child, ast.expr):
+                    self.expression(child, conds, guarded)
+                elif isinstance(child, ast.comprehension):
+                    for part in (child.iter, child.target, *child.ifs):
+                        self.expression(part, conds, guarded)
+                elif isinstance(child, ast.keyword):
+                    self.expression(child.value, conds, guarded)
 
     def cond(self, test: ast.expr, holds: bool) -> Cond:
         cached = self.probe_cache.get(id(test))
         if cached is not None and cached[0] is test:
             return Cond(test, holds, cached[1])
+        if not _spans_any(test, self.probe_lines):
+            self.probe_cache[id(test)] = (test, frozenset())
+            return Cond(test, holds, frozenset())
         probes = frozenset(
             n.args[1].value
             for n in ast.walk(test)
@@ -527,8 +614,43 @@ class _Walker:
             self.facts.passes.append((callee, hit, self.file))
 
     def use(self, name: str, line: int, conds: tuple[Cond, ...], guarded: bool) -> None:
-        guarded = guarded or any(c.holds and _mentions_guard(c.test, name) for c in conds)
+        guarded = guarded or any(c.holds and _spans_any(c.test, self.guard_lines) and _mentions_guard(c.test, name) for c in conds)
         self.facts.uses.append(Use(name, self.file, line, conds, guarded, self.function or (self.file, None, "<module>")))
+
+
+def _lines_with(text: Optional[str], words: tuple[str, ...]) -> Optional[list[int]]:
+    """Sorted numbers of the lines that contain one of the words; None (any line may) without the text or when a
+    lone carriage return could make the numbering differ from the parser's."""
+    if text is None or "\r" in text:
+        return None
+    lines: set[int] = set()
+    for word in words:
+        line, counted, start = 1, 0, text.find(word)
+        while start >= 0:
+            line += text.count("\n", counted, start)
+            lines.add(line)
+            counted, start = start, text.find(word, start + 1)
+    return sorted(lines)
+
+
+def _spans_any(node: ast.AST, lines: Optional[list[int]]) -> bool:
+    """Whether one of the (sorted) lines lies within the node's source."""
+    if lines is None:
+        return True
+    index = bisect.bisect_left(lines, node.lineno)
+    return index < len(lines) and lines[index] <= (node.end_lineno or node.lineno)
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# Fields that never hold an expression, a comprehension or a keyword.
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "kind", "conversion", "type_comment", "names", "level", "module"})
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(name for name in kind._fields if name not in _LEAF_FIELDS)
+    return fields
 
 
 def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
@@ -539,7 +661,7 @@ def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
 
 
 def _reraises(handler: ast.ExceptHandler) -> bool:
-    return any(isinstance(node, ast.Raise) for stmt in handler.body for node in ast.walk(stmt))
+    return any(isinstance(node, ast.Raise) for stmt in handler.body for node in _walk_statements(stmt))
 
 
 def _mentions_guard(test: ast.expr, name: str) -> bool:
@@ -556,7 +678,8 @@ def speculative_path_files(source: SglangSource, predicates: dict[str, bool]) ->
     executor = source.files_under(EXECUTOR_DIR, recursive=True)
     executor += [f for f in source.files_under(MANAGERS_DIR) if PurePosixPath(f).name.startswith(MANAGER_PREFIXES)]
     speculative = [f for f in source.files_under(SPECULATIVE_DIR, recursive=True) if f != SPEC_INFO]
-    create = next((n for n in ast.walk(source.tree(SPEC_INFO)) if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
+    statements = _walk_statements(source.tree(SPEC_INFO))
+    create = next((n for n in statements if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
     if create is None:
         return executor + speculative
     every: set[str] = set()
@@ -583,7 +706,7 @@ def speculative_path_files(source: SglangSource, predicates: dict[str, bool]) ->
     collect(create.body, True)
     pending = list(chosen)
     while pending:  # a chosen worker may subclass another worker module (StandaloneWorker -> EAGLEWorker)
-        for node in ast.walk(source.tree(pending.pop())):
+        for node in _walk_statements(source.tree(pending.pop())):
             if isinstance(node, ast.ImportFrom) and node.module and _module_file(node.module) in every - chosen:
                 chosen.add(_module_file(node.module))
                 pending.append(_module_file(node.module))
@@ -751,7 +874,7 @@ class ModelIndex:
         self.source = source
         self.where: dict[str, list[str]] = {}
         for name in source.files_under(MODELS_DIR, recursive=True):
-            for match in _CLASS_LINE.finditer(source.text(name)):
+            for match in _CLASS_LINE.finditer("\n" + source.text(name)):
                 self.where.setdefault(match.group(1), []).append(name)
 
     def class_def(self, name: str, near: Optional[str] = None) -> Optional[tuple[str, ast.ClassDef]]:
@@ -803,7 +926,7 @@ def _class_attributes(node: ast.ClassDef) -> set[str]:
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(item.name)
             if item.name == "__init__":
-                for sub in ast.walk(item):
+                for sub in _walk_statements(item):
                     if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                         for target in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
                             for leaf in ast.walk(target):
@@ -847,7 +970,7 @@ def path_facts(source: SglangSource, predicates: dict[str, bool]) -> PathFacts:
     bindings = Bindings()
     facts = PathFacts()
     for file in files:
-        _Walker(file, facts, bindings).module(source.tree(file))
+        _Walker(file, facts, bindings, source.text(file)).module(source.tree(file))
     walked = len(files)
     done_passes = 0
     for _ in range(MAX_BINDING_ROUNDS):
@@ -869,14 +992,14 @@ def path_facts(source: SglangSource, predicates: dict[str, bool]) -> PathFacts:
         if not changed and walked == len(files):
             break
         for file in files[walked:]:  # modules the target was handed into
-            _Walker(file, facts, bindings).module(source.tree(file))
+            _Walker(file, facts, bindings, source.text(file)).module(source.tree(file))
         walked = len(files)
         # calls into a newly added module were seen before its functions were known: look at them again
         done_passes = 0
         seen = set(facts.uses)
         for key in changed:
             delta = PathFacts()
-            _Walker(key[0], delta, bindings).again(facts.nodes[key], key)
+            _Walker(key[0], delta, bindings, source.text(key[0])).again(facts.nodes[key], key)
             facts.uses.extend(u for u in delta.uses if u not in seen)
             seen.update(delta.uses)
             facts.passes.extend(p for p in delta.passes if p not in facts.passes)
@@ -889,9 +1012,9 @@ def _callees(source: SglangSource, facts: PathFacts, callee: tuple, file: str, f
     if callee[0] == "method":
         _, cls, name = callee
         family = _Reach.family_of(facts, cls)
-        return [key for key in facts.signatures if key[1] in family and key[2] == name]
+        return [key for key in facts.signature_keys(2, name) if key[1] in family]
     name = callee[1]
-    local = [key for key in facts.signatures if key[0] == file and key[2] in (name, "__init__") and (key[1] is None or key[1] == name)]
+    local = [key for key in facts.signature_keys(0, file) if key[2] in (name, "__init__") and (key[1] is None or key[1] == name)]
     local = [key for key in local if (key[1] is None and key[2] == name) or (key[1] == name and key[2] == "__init__")]
     if local:
         return local
@@ -900,9 +1023,7 @@ def _callees(source: SglangSource, facts: PathFacts, callee: tuple, file: str, f
         files.append(origin)
         return []
     return [
-        key
-        for key in facts.signatures
-        if key[0] == origin and ((key[1] is None and key[2] == name) or (key[1] == name and key[2] == "__init__"))
+        key for key in facts.signature_keys(0, origin) if (key[1] is None and key[2] == name) or (key[1] == name and key[2] == "__init__")
     ]
 
 
@@ -919,10 +1040,10 @@ def loader_assignments(source: SglangSource) -> dict[str, str]:
         names = {m.group(1) for m in _ATTRIBUTE_ASSIGNMENT.finditer(text)}
         if not any(f"return {name}\n" in text for name in names):
             continue  # parse only the files that could hold such a function
-        for func in ast.walk(source.tree(file)):
+        for func in _walk_statements(source.tree(file)):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            returned = {n.value.id for n in ast.walk(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+            returned = {n.value.id for n in _walk_statements(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
             body = list(func.body)
             while body:
                 stmt = body.pop(0)
@@ -963,8 +1084,26 @@ def target_uses(source: SglangSource, algorithm: str, provided: Optional[set] = 
             yield use, "required", []
 
 
+@contextmanager
+def _without_cycle_collector() -> Iterator[None]:
+    """Parsing and walking create millions of AST nodes and small tuples, none of them cyclic garbage; the cycle
+    collector would traverse all of them again and again (a third of the time). Paused, then restored."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def audit(sglang: str | Path | SglangSource, model_class: Optional[str] = None, algorithm: str = "EAGLE3", model_dir=None) -> AuditResult:
     """Audit one model class against the speculative path of one SGLang package."""
+    with _without_cycle_collector():
+        return _audit(sglang, model_class, algorithm, model_dir)
+
+
+def _audit(sglang: str | Path | SglangSource, model_class: Optional[str], algorithm: str, model_dir) -> AuditResult:
     source = sglang if isinstance(sglang, SglangSource) else SglangSource(sglang)
     index = ModelIndex(source)
     if model_class is None:

@@ -284,3 +284,39 @@ def test_bases_class_assignments_and_the_algorithm_decide(toy_sglang: Path):
     assert audit(toy_sglang, "ToyForCausalLM").missing_required == []
     assert audit(toy_sglang, "BareToyForCausalLM", "EAGLE").missing_required == ["share_weights_with_draft"]
     assert audit(toy_sglang, "BareToyForCausalLM", "NGRAM").missing_required == ["ngram_only_hook"]
+
+
+# The shortcuts that keep the audit under 2 s (scripts/bench_audit.py) must see what the plain ways see.
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_file_listing_and_statement_walk_match_rglob_and_ast_walk(sglang_cache: Path, version: str):
+    import ast
+
+    from sglang_audit import _STATEMENT_NODES, _python_files, _walk_statements
+
+    root = sglang_cache / version / "sglang"
+    if not root.is_dir():
+        pytest.skip(f"no unpacked SGLang {version}")
+    assert _python_files(root) == sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))
+    for name in ("srt/model_executor/model_runner.py", "srt/speculative/spec_info.py", "srt/managers/scheduler.py"):
+        tree = ast.parse((root / name).read_text())
+        expected = [node for node in ast.walk(tree) if node is tree or isinstance(node, _STATEMENT_NODES)]
+        assert list(_walk_statements(tree)) == expected, name
+
+
+def test_line_prefilters_and_class_index_match_the_plain_scans(sglang_cache: Path):
+    import re
+
+    from sglang_audit import _CLASS_LINE, _lines_with
+
+    root = sglang_cache / "0.5.9" / "sglang"
+    text = (root / "srt/model_executor/model_runner.py").read_text()
+    lines = text.split("\n")
+    assert _lines_with(text, ("hasattr", "getattr")) == [i for i, line in enumerate(lines, 1) if "hasattr" in line or "getattr" in line]
+    assert _lines_with("a\rhasattr(x, 'y')", ("hasattr",)) is None  # a lone CR: no shortcut
+    plain = re.compile(r"^class\s+(\w+)\s*[(:]", re.MULTILINE)
+    models = (root / "srt/models/deepseek_v2.py").read_text()
+    found = [m.group(1) for m in _CLASS_LINE.finditer("\n" + models)]
+    assert found == [m.group(1) for m in plain.finditer(models)]
+    assert "DeepseekV3ForCausalLM" in found
