@@ -19,11 +19,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench rehearsal venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, pytest and every molecule scenario ($(SCENARIOS))"
+	@echo "make rehearsal                                 the production build specs, rehearsed here (about 7-10 min)"
 	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt
@@ -82,6 +83,12 @@ molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
 test: lint pytest molecule
+
+# The production build specs run as far as this machine allows (no GPU, no git): real sglang 0.5.9
+# closure, real build venvs, stand-ins for what only compiles from git, the release install with
+# --no-index; ends "N passed, M failed". Its reduced form runs in pytest (tests/test_rehearsal.py).
+rehearsal: venv wheelhouse sglang-wheels
+	$(VENV)/bin/python scripts/rehearsal.py
 
 # Speed goals live here, not in timed unit tests.
 bench: venv images wheelhouse sglang-wheels sglang-runtime

@@ -1,0 +1,713 @@
+"""`make rehearsal`: the production build specs run on a machine without a GPU or git access.
+
+Plain Python, standard library and the sibling modules only (no Ansible); scripts/rehearsal.py is
+the command line. Each check is a function that returns what it saw (PASS) or raises
+RehearsalError naming the artifact or file, what was expected and what was found (FAIL).
+
+What cannot be compiled here (torch, flashinfer, flashinfer-jit-cache, sgl-kernel: hours of CUDA
+builds from git) is replaced by STAND-IN source trees (tests/fixtures/rehearsal-standins): the
+upstream's build requirements and a build backend that writes a wheel with exactly the name,
+version (from where the real build takes it), tag and Requires-Dist of the real build, holding
+small real CUDA objects compiled here with nvcc 13.0.1 for the SM120 target the spec asks for.
+Everything else is the production code path: the build pipeline's plan, build venvs with the
+declared build requirements really installed, dependency installs, verification, the sglang
+dependency closure from the package index, and the release install with read-back.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from installed import constraints_text, find_dist, install_argv, read_back, release_wheels, site_packages
+
+from build_pipeline import (
+    BUILT_KINDS,
+    BuildError,
+    SharedObject,
+    cache_dir,
+    check_local_version,
+    check_objects,
+    gpu_code,
+    normalize,
+    start,
+    verify_wheels,
+    wait,
+    wheel_name_version,
+)
+from cuda_toolkit import cudart_major, elf_needed, parse_requires_dist
+
+SO = re.compile(r"\.so(\.\d+)*$")
+
+
+class RehearsalError(Exception):
+    """A rehearsal check failed; the message names the artifact or file, expected and found."""
+
+
+@dataclass
+class Outcome:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'PASS' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+
+
+def run_check(name: str, check: Callable[..., str], *args: Any, **kwargs: Any) -> Outcome:
+    """Run one check; any exception is its FAIL line (the message says why)."""
+    try:
+        return Outcome(name, True, check(*args, **kwargs))
+    except Exception as exc:
+        text = str(exc).strip() or type(exc).__name__
+        return Outcome(name, False, " ".join(text.split())[:3000])
+
+
+def summary(outcomes: Sequence[Outcome]) -> str:
+    failed = sum(1 for o in outcomes if not o.ok)
+    return f"{len(outcomes) - failed} passed, {failed} failed"
+
+
+# ---------------------------------------------------------------- facts of the upstream tags
+
+
+def fact(facts: Mapping[str, Any], artifact: str, key: str, default: Any = None) -> Any:
+    entry = (facts.get(artifact) or {}).get(key)
+    return entry.get("value", default) if isinstance(entry, Mapping) else default
+
+
+def requirement_name(requirement: str) -> str:
+    return normalize(re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0])
+
+
+def _by_name(specs: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {s["name"]: s for s in specs}
+
+
+def _spec(specs: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any]:
+    found = _by_name(specs).get(name)
+    if found is None:
+        raise RehearsalError(f"the production specs define no {name!r} (defined: {', '.join(s['name'] for s in specs)})")
+    return found
+
+
+def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
+    """Every built spec's build_requires (or a depends_on artifact) covers its tag's build requirements."""
+    by_name = _by_name(specs)
+    problems, checked = [], []
+    for spec in specs:
+        if spec["name"] not in facts or "git" not in spec.get("source", {}):
+            continue
+        needed = [*fact(facts, spec["name"], "build_system_requires", []), *fact(facts, spec["name"], "dynamic_requires", [])]
+        have = {requirement_name(r) for r in spec.get("build_requires", [])}
+        provided = {normalize(by_name[d].get("package", d)) for d in spec.get("depends_on", []) if d in by_name}
+        missing = [r for r in needed if requirement_name(r) not in have | provided]
+        source = (facts[spec["name"]].get("build_system_requires") or {}).get("source", {})
+        if missing:
+            problems.append(
+                f"{spec['name']}: build_requires lacks {', '.join(missing)} (expected by {source.get('repo')} {source.get('ref')} "
+                f"{source.get('path')}; found build_requires {spec.get('build_requires', [])})"
+            )
+        checked.append(f"{spec['name']} ({len(needed)})")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    if not checked:
+        raise RehearsalError("no built spec has upstream facts (tests/data/upstream-build-facts.yml)")
+    return "build requirements covered for " + ", ".join(checked)
+
+
+def check_cmake_options(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
+    """CMake cache variables reach a build only through CMAKE_ARGS (-DNAME=...), never as environment variables."""
+    problems, seen = [], []
+    for spec in specs:
+        options = fact(facts, spec["name"], "cmake_options", [])
+        env = spec.get("env", {})
+        for option in options:
+            if option in env:
+                problems.append(
+                    f"{spec['name']}: {option} is a CMake cache variable, set as an environment variable (does nothing); "
+                    f'expected CMAKE_ARGS="-D{option}=...", found env {option}={env[option]!r}'
+                )
+        for define in re.findall(r"-D([A-Za-z0-9_]+)=", str(env.get("CMAKE_ARGS", ""))):
+            seen.append(f"{spec['name']}: -D{define}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    return "CMake options only through CMAKE_ARGS (" + (", ".join(seen) or "none set") + ")"
+
+
+def check_triton_pin(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
+    """torch pins the triton its upstream wheel pins: in the wheel it builds and wherever it is installed."""
+    torch = _spec(specs, "torch")
+    pin = fact(facts, "torch", "triton_pin")
+    env_name = fact(facts, "torch", "requires_env", "PYTORCH_EXTRA_INSTALL_REQUIREMENTS")
+    extra = [r.split(";")[0].strip() for r in str(torch.get("env", {}).get(env_name, "")).split("|") if r.strip()]
+    problems = []
+    if pin not in torch.get("pins", []):
+        problems.append(f"torch: pins expected to hold {pin}, found {torch.get('pins', [])}")
+    if pin not in extra:
+        problems.append(f"torch: env {env_name} expected to declare {pin} (a source build declares no triton), found {extra or 'nothing'}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    return f"torch pins {pin} and its wheel declares it ({env_name})"
+
+
+def check_flashinfer_arch(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], cuda_version: str) -> str:
+    """FlashInfer builds use the family target its tag needs on this CUDA (12.0f on CUDA 13)."""
+    checked = []
+    problems = []
+    for spec in specs:
+        required = (facts.get(spec["name"], {}).get("arch_env") or {}).get("required_on_cuda13")
+        if not required or int(cuda_version.split(".")[0]) < 13:
+            continue
+        var = fact(facts, spec["name"], "arch_env")
+        found = spec.get("env", {}).get(var)
+        if found != required:
+            problems.append(
+                f"{spec['name']}: env {var} expected {required!r} on CUDA {cuda_version} "
+                f"(plain 12.0 fails, flashinfer #1966), found {found!r}"
+            )
+        checked.append(f"{spec['name']}={found}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    if not checked:
+        raise RehearsalError("no FlashInfer spec found to check FLASHINFER_CUDA_ARCH_LIST")
+    return "FLASHINFER_CUDA_ARCH_LIST " + ", ".join(checked)
+
+
+def check_local_versions(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
+    """Every artifact built here carries the local label (cu130), and builds that name it themselves get the same."""
+    label = fact(facts, "local_version", "value") or (facts.get("local_version") or {}).get("value")
+    problems, checked = [], []
+    for spec in specs:
+        if not any(k in spec.get("source", {}) for k in BUILT_KINDS) or spec["name"] not in facts:
+            continue
+        if spec.get("local_version") != label:
+            problems.append(
+                f"{spec['name']}: local_version expected {label!r} (else an upstream wheel of the same version outranks ours), "
+                f"found {spec.get('local_version')!r}"
+            )
+        env_name = fact(facts, spec["name"], "local_version_env")
+        if env_name and spec.get("env", {}).get(env_name) != label:
+            problems.append(f"{spec['name']}: env {env_name} expected {label!r}, found {spec.get('env', {}).get(env_name)!r}")
+        checked.append(spec["name"])
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    return f"+{label} on " + ", ".join(checked)
+
+
+# ---------------------------------------------------------------- static checks of the other defects
+
+
+def _tasks(data: Any) -> list[Mapping[str, Any]]:
+    out: list[Mapping[str, Any]] = []
+    for task in data or []:
+        if not isinstance(task, Mapping):
+            continue
+        out.append(task)
+        for key in ("block", "rescue", "always"):
+            out += _tasks(task.get(key))
+    return out
+
+
+def check_poll_not_recursive(task_file: Path) -> str:
+    """The build poll task file does not include itself (ansible-core aborts after ~250 levels, runs no `always:`)."""
+    import yaml  # the controller's venv has it; only this check needs it
+
+    data = yaml.safe_load(task_file.read_text(encoding="utf-8"))
+    includes = []
+    for task in _tasks(data):
+        for key in ("include_tasks", "import_tasks", "ansible.builtin.include_tasks", "ansible.builtin.import_tasks", "include"):
+            value = task.get(key)
+            target = value.get("file") if isinstance(value, Mapping) else value
+            if isinstance(target, str):
+                includes.append(target)
+                if Path(target).name == task_file.name:
+                    raise RehearsalError(
+                        f"{task_file}: task {task.get('name', '(unnamed)')!r} includes {target}, the file itself: expected a flat poll "
+                        "(until/retries), found recursion that ansible-core 2.19 aborts after about 250 levels"
+                    )
+    polls = [t for t in _tasks(data) if "until" in t]
+    if not polls:
+        raise RehearsalError(f"{task_file}: expected a flat poll (a task with until/retries), found none")
+    return f"{task_file.name}: flat poll ({polls[0].get('name', 'until')!s:.60}), includes: {', '.join(includes) or 'none'}"
+
+
+def check_nvidia_keys(repos_dir: Path, expected: Mapping[str, str]) -> str:
+    """Each distribution's NVIDIA repository key (file and fingerprint) is the one NVIDIA signs it with."""
+    import yaml
+
+    problems, seen = [], []
+    for distro, key in expected.items():
+        path = repos_dir / f"{distro}.yml"
+        if not path.is_file():
+            problems.append(f"{path}: missing (expected the repository facts of {distro}, key {key})")
+            continue
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        key_file = str(data.get("cuda_toolkit_nvidia_repo_key_file", ""))
+        prints = [str(p).upper() for p in data.get("cuda_toolkit_nvidia_repo_key_fingerprints", [])]
+        if key_file.lower() != f"{key.lower()}.pub" or not prints or not all(p.endswith(key.upper()) for p in prints):
+            problems.append(f"{path}: expected key {key} ({key}.pub, fingerprint ...{key.upper()}), found {key_file or 'none'} {prints}")
+        seen.append(f"{distro}={key_file}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    return ", ".join(seen)
+
+
+def fetch_meta_wheel(python: str, requirement: str, dest: Path) -> Path:
+    """NVIDIA's cuda-toolkit meta wheel (pip download --no-deps), kept in `dest`."""
+    name, version = requirement.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    found = sorted(dest.glob(pattern))
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d", str(dest), requirement],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = sorted(dest.glob(pattern))
+        if proc.returncode != 0 or not found:
+            raise RehearsalError(f"pip download --no-deps {requirement} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return found[0]
+
+
+def check_cuda_pins(meta_wheel: Path, components: Mapping[str, str]) -> str:
+    """stack_cuda_components equals the component pins (extra 'all') of NVIDIA's cuda-toolkit meta wheel."""
+    with zipfile.ZipFile(meta_wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        pins = parse_requires_dist(archive.read(name).decode("utf-8", "replace"), "all")
+    ours = {normalize(k): str(v) for k, v in components.items()}
+    theirs = {normalize(k): v for k, v in pins.items()}
+    problems = [f"{k}: expected {theirs[k]}, found {ours.get(k, 'missing')}" for k in sorted(theirs) if ours.get(k) != theirs[k]]
+    problems += [f"{k}: expected no pin (not in the meta wheel), found {ours[k]}" for k in sorted(set(ours) - set(theirs))]
+    if problems:
+        raise RehearsalError(f"stack_cuda_components vs {meta_wheel.name} Requires-Dist (extra all): " + "; ".join(problems))
+    return f"{len(ours)} components equal {meta_wheel.name}'s pins (nvidia-cuda-runtime {ours.get('nvidia-cuda-runtime')})"
+
+
+def list_elf(cuobjdump: str, path: Path) -> set[str]:
+    proc = subprocess.run([cuobjdump, "--list-elf", str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0 and "does not contain device code" not in proc.stdout + proc.stderr:
+        raise RehearsalError(f"{cuobjdump} --list-elf {path} failed: {proc.stderr.strip()[-300:]}")
+    return set(re.findall(r"\.(sm_\d+[af]?)\.cubin\s*$", proc.stdout, re.MULTILINE))
+
+
+def check_cuda_arch_matches_cuobjdump(cuda_arch: Path, cuobjdump: str, files: Sequence[Path], python: str) -> str:
+    """bin/cuda-arch (built-in reader) lists exactly the cubins cuobjdump --list-elf lists, suffixes included."""
+    if not files:
+        raise RehearsalError("no shared objects to compare (expected the unpacked real sgl-kernel wheel)")
+    proc = subprocess.run([python, str(cuda_arch), "--builtin", *map(str, files)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RehearsalError(f"{cuda_arch} --builtin failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+    mine: dict[str, set[str]] = {}
+    for line in proc.stdout.splitlines():
+        path, _, targets = line.rpartition(": ")
+        mine[path] = set() if targets == "no GPU code" else {t for t in targets.split(", ") if t.startswith("sm_")}
+    problems, suffixed = [], set()
+    for path in files:
+        witness = list_elf(cuobjdump, path)
+        suffixed |= {t for t in witness if t[-1] in "af"}
+        if mine.get(str(path)) != witness:
+            problems.append(
+                f"{path.name}: expected {', '.join(sorted(witness)) or 'no cubins'} (cuobjdump), "
+                f"found {', '.join(sorted(mine.get(str(path), set()))) or 'no cubins'}"
+            )
+    if problems:
+        raise RehearsalError(f"{cuda_arch} differs from cuobjdump --list-elf: " + "; ".join(problems))
+    return f"{len(files)} objects agree with cuobjdump, suffixes included ({', '.join(sorted(suffixed))})"
+
+
+# ---------------------------------------------------------------- stand-in wheels
+
+
+def gencode(target: str) -> list[str]:
+    match = re.fullmatch(r"sm_(\d+)([af]?)", target)
+    if not match:
+        raise RehearsalError(f"a stand-in target looks like sm_120, sm_120a or sm_120f, found {target!r}")
+    return [f"-gencode=arch=compute_{match.group(1)}{match.group(2)},code={target}"]
+
+
+def compile_object(cuda_home: Path, probe: Path, target: str, cache: Path) -> Path:
+    """A small real shared object with `target` machine code, linking libcudart.so.13; cached by its inputs."""
+    nvcc = cuda_home / "bin" / "nvcc"
+    if not nvcc.exists():
+        raise RehearsalError(f"no nvcc at {nvcc} (expected the controller toolkit of `make wheelhouse`)")
+    key = hashlib.sha256(b"|".join([probe.read_bytes(), target.encode(), str(nvcc.resolve()).encode(), b"v1"])).hexdigest()[:16]
+    out = cache / f"{target}-{key}.so"
+    if out.exists():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.so")
+    cmd = [
+        str(nvcc), *gencode(target), "-shared", "-Xcompiler", "-fPIC", "-cudart", "none", "-o", str(tmp), str(probe),
+        f"-L{cuda_home / 'lib64'}", "-l:libcudart.so.13",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RehearsalError(f"nvcc for the {target} stand-in object failed: {proc.stderr.strip()[-500:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def arch_target(spec: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    """The SM120 machine code the real build of `spec` makes: from its arch variable (12.0 -> sm_120,
+    12.0f -> sm_120f), else the tag's fact."""
+    var = fact(facts, spec["name"], "arch_env")
+    value = str(spec.get("env", {}).get(var, "")) if var else ""
+    match = re.fullmatch(r"(\d+)\.(\d)([af]?)", value.split(";")[0].strip()) if value else None
+    if match:
+        return f"sm_{match.group(1)}{match.group(2)}{match.group(3)}"
+    target = fact(facts, spec["name"], "sm120_target")
+    if not target:
+        raise RehearsalError(f"{spec['name']}: no SM120 target (expected env {var or 'an arch list'} or the fact sm120_target)")
+    return str(target)
+
+
+def _instantiate(pattern: str, real_names: Sequence[str]) -> list[str]:
+    matching = [n for n in real_names if fnmatch.fnmatchcase(n, pattern)]
+    return matching or [pattern.replace("*", "standin")]
+
+
+def standin_objects(spec: Mapping[str, Any], facts: Mapping[str, Any], real_names: Sequence[str] = ()) -> dict[str, str]:
+    """Wheel path -> target of the CUDA objects a stand-in carries: the spec's arch_objects (at the
+    real wheel's paths where known) with its SM120 target, its other_arch_objects with sm_90a."""
+    verify = spec.get("verify", {})
+    if verify.get("device_code", "required") == "none":
+        return {}
+    target = arch_target(spec, facts)
+    objects = {p: target for pattern in verify.get("arch_objects", []) for p in _instantiate(pattern, real_names)}
+    for pattern in verify.get("other_arch_objects", {}):
+        for path in _instantiate(pattern, real_names):
+            objects.setdefault(path, "sm_90a")
+    for path in fact(facts, spec["name"], "objects", []):
+        objects.setdefault(path, target)
+    if not any(t == target for t in objects.values()):
+        objects[f"{spec.get('package', spec['name']).replace('-', '_')}/standin_kernels.so"] = target
+    return objects
+
+
+def write_standin_tree(
+    spec: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    stack: Mapping[str, Any],
+    dest: Path,
+    backend: Path,
+    object_files: Mapping[str, Path],
+    objects: Mapping[str, str],
+    python_tag: str,
+) -> Path:
+    """A source tree laid out like the upstream's (sub-directory, pyproject) whose backend writes the stand-in wheel."""
+    name = spec["name"]
+    if name not in facts:
+        raise RehearsalError(f"{name}: no upstream facts in tests/data/upstream-build-facts.yml (needed for its stand-in)")
+    if dest.exists():
+        shutil.rmtree(dest)
+    project = dest / fact(facts, name, "source_subdir", ".")
+    helper = project / "_standin"
+    helper.mkdir(parents=True)
+    shutil.copy2(backend, helper / "standin_backend.py")
+    sources = {}
+    for path, target in sorted(objects.items()):
+        local = f"{target}.so"
+        shutil.copy2(object_files[target], helper / local)
+        sources[path] = local
+    keys = {"torch": ["stack_torch_version"], "sgl_kernel": ["stack_kernel_version", "stack_sgl_kernel_version"]}.get(
+        name, ["stack_flashinfer_version"]
+    )
+    base = str(next((stack[k] for k in keys if k in stack), ""))
+    config = {
+        "distribution": spec.get("package", name),
+        "package": spec.get("package", name).replace("-", "_"),
+        "version_from": fact(facts, name, "version_from"),
+        "base_version": base,
+        "requires": list(fact(facts, name, "runtime_requires", [])),
+        "requires_env": fact(facts, name, "requires_env", ""),
+        "dynamic_requires": list(fact(facts, name, "dynamic_requires", [])),
+        "tag": str(fact(facts, name, "wheel_tag", "py3-none-any")).replace("{python}", python_tag),
+        "objects": sources,
+    }
+    (helper / "standin.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    requires = ", ".join(json.dumps(r) for r in fact(facts, name, "build_system_requires", []) if requirement_name(r) != "torch")
+    lines = [
+        "# STAND-IN source tree written by make rehearsal: the upstream's build requirements, a backend that writes a stand-in wheel",
+        "[build-system]",
+        f"requires = [{requires}]",
+        'build-backend = "standin_backend"',
+        'backend-path = ["_standin"]',
+    ]
+    if config["version_from"] == "pyproject":
+        lines += ["", "[project]", f'name = "{config["distribution"]}"', f'version = "{base}"']
+    (project / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (project / "STANDIN").write_text(f"stand-in source of {name} for make rehearsal (not the upstream source)\n", encoding="utf-8")
+    return dest
+
+
+def rehearsal_spec(spec: Mapping[str, Any], tree: Optional[Path]) -> dict[str, Any]:
+    """The production spec with its git source replaced by the stand-in tree (and no prebuilt shelf): env,
+    build command, build_requires, depends_on, pins, local_version and verify are production's."""
+    out = json.loads(json.dumps(spec))
+    if tree is not None:
+        out["source"] = {"path": str(tree)}
+        out.pop("prebuilt", None)
+    return out
+
+
+def build_in_process(tree: Path, spec: Mapping[str, Any], facts: Mapping[str, Any], out: Path) -> Path:
+    """The stand-in wheel without a build venv (the reduced rehearsal): the backend with the spec's environment."""
+    project = tree / fact(facts, spec["name"], "source_subdir", ".")
+    pyproject = project / "pyproject.toml"
+    if spec.get("local_version") and fact(facts, spec["name"], "version_from") == "pyproject":
+        text = pyproject.read_text(encoding="utf-8")
+        pyproject.write_text(
+            re.sub(r'^version = "([^"+]+)"$', rf'version = "\1+{spec["local_version"]}"', text, flags=re.MULTILINE), encoding="utf-8"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    code = "import os, sys; sys.path.insert(0, sys.argv[1]); import standin_backend as b; print(b.build_wheel(sys.argv[2]))"
+    env = {**os.environ, **{k: str(v) for k, v in spec.get("env", {}).items()}}
+    if spec.get("local_version"):
+        env["SGLANG_LOCAL_VERSION"] = str(spec["local_version"])
+    proc = subprocess.run(
+        ["python3", "-c", code, str(project / "_standin"), str(out)], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise RehearsalError(f"{spec['name']}: stand-in build failed: {proc.stderr.strip()[-500:]}")
+    return out / proc.stdout.strip().splitlines()[-1]
+
+
+def verify_standin(wheel: Path, spec: Mapping[str, Any], expected_tag: str) -> str:
+    """A stand-in passes production's verification and is clearly named a stand-in."""
+    check_local_version([wheel], spec.get("local_version"))
+    evidence = verify_wheels([wheel], spec.get("verify", {"device_code": "none"}))
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    if not any(n.endswith("/STANDIN") for n in names) or "STAND-IN" not in metadata:
+        raise RehearsalError(f"{wheel.name}: expected a STANDIN file and a STAND-IN summary, found neither")
+    tag = "-".join(wheel.name[: -len(".whl")].split("-")[-3:])
+    if tag != expected_tag:
+        raise RehearsalError(f"{wheel.name}: expected tag {expected_tag} (the real build's), found {tag}")
+    codes = sorted({t for e in evidence for o in e["shared_objects"] for t in o["targets"]})
+    return f"{wheel.name} verified ({', '.join(codes) or 'no GPU code'})"
+
+
+# ---------------------------------------------------------------- the host side: builds through the pipeline
+
+
+def run_builds(
+    items: Sequence[Mapping[str, Any]],
+    root: Path,
+    staged: Mapping[str, Optional[str]],
+    cuda_home: str,
+    python: str = "python3",
+    pip_args: Sequence[str] = (),
+    jobs: int = 2,
+    cuobjdump: Optional[str] = None,
+    timeout: float = 1800,
+    records: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> dict[str, Outcome]:
+    """Start and wait for each planned item through build_pipeline (dependencies first, independent ones
+    together); `records` are dependencies already built (name -> artifact record)."""
+    results: dict[str, Outcome] = {}
+    records = dict(records or {})
+    running: dict[str, Mapping[str, Any]] = {}
+    pending = list(items)
+    began = {i["name"]: 0.0 for i in items}
+    deadline = time.monotonic() + timeout
+    while pending or running:
+        for item in list(pending):
+            deps = item["depends_on"]
+            if any(d in results and not results[d].ok for d in deps):
+                results[item["name"]] = Outcome(
+                    f"build {item['name']}",
+                    False,
+                    f"not built: dependency {', '.join(d for d in deps if d in results and not results[d].ok)} failed",
+                )
+                pending.remove(item)
+                continue
+            if all(d in records for d in deps):
+                dep_dirs = {d: str(cache_dir(root, d, records[d]["key"])) for d in deps}
+                try:
+                    start(item, str(root), staged.get(item["name"]), python, dep_dirs, jobs, cuda_home, pip_args=pip_args)
+                    running[item["name"]] = item
+                    began[item["name"]] = time.monotonic()
+                except (BuildError, OSError) as exc:
+                    results[item["name"]] = Outcome(f"build {item['name']}", False, str(exc))
+                pending.remove(item)
+        for name, item in list(running.items()):
+            try:
+                state = wait(item, str(root), 1, cuobjdump)
+            except BuildError as exc:
+                results[name] = Outcome(f"build {name}", False, " ".join(str(exc).split())[-1500:])
+                del running[name]
+                continue
+            if state["done"]:
+                record = state["artifact"]
+                records[name] = record
+                wheels = record.get("installs") or [w["wheel"] for w in record["wheels"]]
+                took = time.monotonic() - began[name]
+                results[name] = Outcome(
+                    f"build {name}",
+                    True,
+                    f"{state['status']} in {took:.0f} s: {', '.join(wheels)} ({len(record['wheels'])} wheels in its wheelhouse)",
+                )
+                del running[name]
+        if time.monotonic() > deadline:
+            for name in running:
+                results[name] = Outcome(f"build {name}", False, f"still running after {timeout:.0f} s")
+            break
+    return results
+
+
+def artifact_records(root: Path, items: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for item in items:
+        path = cache_dir(root, item["name"], item["key"]) / "artifact.json"
+        if path.is_file():
+            out[item["name"]] = json.loads(path.read_text(encoding="utf-8"))
+    return out
+
+
+# ---------------------------------------------------------------- upstream wheels: shadowing and verification
+
+
+def pip_choice(python: str, requirement: str, find_links: Sequence[Path]) -> str:
+    """The wheel file pip would take for `requirement` from these directories alone (no index)."""
+    argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--no-index", "--no-deps", "--ignore-installed", "--report", "-"]
+    for link in find_links:
+        argv += ["--find-links", str(link)]
+    proc = subprocess.run([*argv, requirement], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RehearsalError(f"pip cannot resolve {requirement} from {', '.join(map(str, find_links))}: {proc.stderr.strip()[-400:]}")
+    report = json.loads(proc.stdout)
+    return urllib.parse.unquote(str(report["install"][0]["download_info"]["url"]).rsplit("/", 1)[-1])
+
+
+def check_ours_wins(python: str, spec: Mapping[str, Any], version: str, ours: Path, upstream: Path, find_links: Sequence[Path]) -> str:
+    """With the upstream wheel of the same version beside ours, pip takes ours for `package==version`."""
+    package = spec.get("package", spec["name"])
+    chosen = pip_choice(python, f"{package}=={version}", find_links)
+    if chosen != ours.name:
+        raise RehearsalError(
+            f"{package}=={version}: with {upstream.name} beside {ours.name}, expected pip to take ours, found it takes {chosen} "
+            f"(an upstream wheel of the same version shadows ours: give the build a local_version label)"
+        )
+    return f"{package}=={version} resolves to {chosen}, not {upstream.name}"
+
+
+def objects_of_dir(unpacked: Path, rules: Mapping[str, Any]) -> list[SharedObject]:
+    """The shared objects of an unpacked wheel, read as verify_wheel reads them (for the reduced rehearsal)."""
+    exempt = dict(rules.get("other_arch_objects", {}))
+    out = []
+    for path in sorted(p for p in unpacked.rglob("*") if p.is_file() and SO.search(p.name)):
+        rel = path.relative_to(unpacked).as_posix()
+        reasons = [exempt[p] for p in exempt if fnmatch.fnmatchcase(rel, p)]
+        rule = f"other architectures on purpose: {reasons[0]}" if reasons else "must carry the target"
+        out.append(SharedObject(rel, gpu_code(path), cudart_major(elf_needed(str(path)) or []), rule))
+    return out
+
+
+def check_upstream_rejected(wheel: Path, spec: Mapping[str, Any], objects: Sequence[SharedObject]) -> str:
+    """The upstream wheel passes the spec's SM120 rule (arch objects carry sm_120*, the others are named exceptions)
+    and is still rejected by the full rule: it links libcudart.so.12 and has no local label. Expected outcome."""
+    rules = dict(spec.get("verify", {}))
+    arch_only = {k: v for k, v in rules.items() if k != "cudart"}
+    try:
+        check_objects(wheel.name, objects, arch_only)
+    except BuildError as exc:
+        raise RehearsalError(f"{spec['name']} verify rule for {rules.get('cuda_arch')} rejects the real {wheel.name}: {exc}") from None
+    reasons = []
+    try:
+        check_objects(wheel.name, objects, rules)
+    except BuildError as exc:
+        reasons.append(str(exc).split(": ", 1)[-1].split(";")[0])
+    try:
+        check_local_version([wheel], spec.get("local_version"))
+    except BuildError as exc:
+        reasons.append(str(exc).rsplit("; ", 1)[-1])
+    if not reasons:
+        raise RehearsalError(
+            f"{wheel.name}: expected the production rule to refuse the upstream CUDA-12 wheel (cudart, local label), found it accepted"
+        )
+    carrying = sorted({o.path for o in objects if any(t.startswith("sm_120") for t in o.targets)})
+    exempt = sum(1 for o in objects if o.rule.startswith("other"))
+    return (
+        f"{wheel.name}: SM120 rule passes ({len(carrying)} objects with sm_120*, {exempt} named other-arch objects); "
+        f"rejected as expected: {'; '.join(reasons)}"
+    )
+
+
+# ---------------------------------------------------------------- the release
+
+
+def release_install(
+    python: str, venv: Path, root: Path, artifacts: Mapping[str, Mapping[str, Any]], specs: Mapping[str, Mapping[str, Any]], log: Path
+) -> dict[str, Any]:
+    """What library/sglang_release_install.py does (same functions): the verified wheel files with --no-index, then read back."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
+    wheels = release_wheels(str(root), artifacts, specs)
+    dirs = list(dict.fromkeys(os.path.dirname(w["wheel"]) for w in wheels))
+    with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as handle:
+        handle.write(constraints_text(wheels))
+    argv = install_argv(str(venv / "bin" / "python"), wheels, True, dirs, handle.name)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    os.unlink(handle.name)
+    log.write_text("+ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr, encoding="utf-8")
+    if proc.returncode != 0:
+        raise RehearsalError(
+            f"pip install of the verified wheels failed ({proc.returncode}), log {log}: {(proc.stderr or proc.stdout).strip()[-1200:]}"
+        )
+    return {"argv": argv, **read_back(str(venv), wheels)}
+
+
+def check_release(result: Mapping[str, Any], venv: Path, expected: Mapping[str, str], pins: Sequence[str]) -> str:
+    """The installed torch, sgl-kernel, FlashInfer are ours (+label), pinned requirements hold, evidence read from installed files."""
+    installed = {normalize(i["distribution"]): i for i in result.get("installed", [])}
+    problems = []
+    for dist, version in expected.items():
+        found = installed.get(normalize(dist))
+        if not found or found["version"] != version:
+            problems.append(f"{dist}: expected {version} (ours), found {found['version'] if found else 'not read back'}")
+    sites = site_packages(str(venv))
+    for pin in pins:
+        dist, version = pin.split("==")
+        copies = find_dist(sites, dist)
+        if [v for _, _, v in copies] != [version]:
+            problems.append(
+                f"{dist}: expected {version} (pinned with torch), found {', '.join(v for _, _, v in copies) or 'not installed'}"
+            )
+    for evidence in result.get("sm120_verification", []):
+        if not str(evidence.get("read_from", "")).startswith("installed files"):
+            problems.append(
+                f"{evidence.get('distribution')}: expected sm_120 evidence read from the installed files, "
+                f"found {evidence.get('read_from')!r}"
+            )
+    cuda = {normalize(e["distribution"]) for e in result.get("sm120_verification", [])}
+    if not cuda:
+        problems.append("expected sm_120 evidence of the installed CUDA artifacts, found none")
+    if problems:
+        raise RehearsalError("release venv " + str(venv) + ": " + "; ".join(problems))
+    files = sum(i["files_checked"] for i in result["installed"])
+    return (
+        ", ".join(f"{d} {installed[normalize(d)]['version']}" for d in expected)
+        + f"; {', '.join(pins)}; RECORD read back ({files} files); sm_120 evidence from installed files of {', '.join(sorted(cuda))}"
+    )
+
+
+def wheel_version(path: Path) -> str:
+    return wheel_name_version(path)[1]

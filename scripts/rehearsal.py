@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""make rehearsal: run the production build specs as far as a machine without a GPU or git access allows.
+
+    scripts/rehearsal.py            the full rehearsal (build venvs, sglang's dependency closure, release install)
+    scripts/rehearsal.py --reduced  no build venvs, no closure download, no release install (for make test)
+
+Prints one line per check, `PASS <name>: ...` or `FAIL <name>: <cause>`, then `N passed, M failed`;
+exits 1 when a check failed. The production specs are rendered by Ansible from
+inventory/production. Work and caches live in $SGLANG_TOOLKIT_CACHE/rehearsal (.cache/rehearsal).
+See docs/testing.md "Rehearsal".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+import yaml  # noqa: E402
+from rehearsal import (  # noqa: E402
+    Outcome,
+    build_in_process,
+    check_build_requires,
+    check_cmake_options,
+    check_cuda_arch_matches_cuobjdump,
+    check_cuda_pins,
+    check_flashinfer_arch,
+    check_local_versions,
+    check_nvidia_keys,
+    check_ours_wins,
+    check_poll_not_recursive,
+    check_release,
+    check_triton_pin,
+    check_upstream_rejected,
+    compile_object,
+    fact,
+    fetch_meta_wheel,
+    objects_of_dir,
+    rehearsal_spec,
+    release_install,
+    run_builds,
+    run_check,
+    standin_objects,
+    summary,
+    verify_standin,
+    write_standin_tree,
+)
+
+from build_pipeline import (  # noqa: E402
+    BuildSpecError,
+    SharedObject,
+    plan,
+    verify_wheel,
+)
+
+CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+WORK = CACHE / "rehearsal"
+FACTS = ROOT / "tests" / "data" / "upstream-build-facts.yml"
+FIXTURE = ROOT / "tests" / "fixtures" / "rehearsal-standins"
+PROBE = ROOT / "tests" / "fixtures" / "sm120-probe" / "probe.cu"
+REAL = CACHE / "real-wheels"
+CUOBJDUMP = CACHE / "test-tools" / "nvidia" / "cu13" / "bin" / "cuobjdump"
+RENDER = """- name: Render the production build specs and stack for make rehearsal
+  hosts: gpu_hosts[0]
+  gather_facts: false
+  tasks:
+    - name: Write them as JSON
+      ansible.builtin.copy:
+        dest: "{{ rehearsal_out }}"
+        content: "{{ {'specs': sglang_build_specs, 'stack': dict(query('ansible.builtin.varnames', '^stack_')
+          | zip(query('ansible.builtin.vars', *query('ansible.builtin.varnames', '^stack_'))))} | to_nice_json }}"
+        mode: "0644"
+      delegate_to: localhost
+"""
+CUDA_SPECS = ("torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel")
+KEYS = {"debian13": "8793F200", "debian12": "3bf863cc"}
+
+
+def render(inventory: Path) -> dict[str, Any]:
+    """sglang_build_specs and the stack_* variables, as Ansible renders them for the first production host."""
+    with tempfile.TemporaryDirectory(prefix="rehearsal-render-") as tmp:
+        playbook, out = Path(tmp) / "render.yml", Path(tmp) / "out.json"
+        playbook.write_text(RENDER, encoding="utf-8")
+        env = {**os.environ, "SGLANG_TOOLKIT_CACHE": str(CACHE), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+        # the playbooks' lookup plugins (the stack's versions may come from one), as for a playbook under playbooks/
+        plugins = [str(ROOT / "playbooks" / "lookup_plugins"), *filter(None, [os.environ.get("ANSIBLE_LOOKUP_PLUGINS")])]
+        env["ANSIBLE_LOOKUP_PLUGINS"] = ":".join(plugins)
+        binary = shutil.which("ansible-playbook", path=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}") or "ansible-playbook"
+        proc = subprocess.run(
+            [binary, "-i", str(inventory), str(playbook), "-e", f"rehearsal_out={out}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"ansible-playbook -i {inventory} could not render the specs: {(proc.stdout + proc.stderr).strip()[-800:]}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def real_sgl_kernel(version: str) -> tuple[Path, Path]:
+    found = sorted(REAL.glob(f"sgl_kernel-{version}-*.whl"))
+    if not found or not (found[0].with_name(found[0].name + ".d") / ".done").exists():
+        raise FileNotFoundError(f"no unpacked real sgl-kernel {version} under {REAL}: run scripts/real-wheels.sh (make wheelhouse)")
+    return found[0], found[0].with_name(found[0].name + ".d")
+
+
+def python_tag() -> str:
+    out = subprocess.run(
+        ["python3", "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reduced", action="store_true", help="skip build venvs, the dependency closure and the release install")
+    parser.add_argument("--inventory", default=str(ROOT / "inventory" / "production"))
+    parser.add_argument("--specs-json", help="use these rendered specs (JSON: {specs, stack}) instead of rendering the inventory")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    outcomes: list[Outcome] = []
+
+    def report(outcome: Outcome) -> Outcome:
+        outcomes.append(outcome)
+        print(outcome.line(), flush=True)
+        return outcome
+
+    def finish() -> int:
+        print(f"(rehearsal{' --reduced' if args.reduced else ''} took {time.monotonic() - began:.0f} s)", flush=True)
+        print(summary(outcomes), flush=True)
+        return 1 if any(not o.ok for o in outcomes) else 0
+
+    rendered: dict[str, Any] = {}
+
+    def do_render() -> str:
+        rendered.update(json.loads(Path(args.specs_json).read_text()) if args.specs_json else render(Path(args.inventory)))
+        names = [s["name"] for s in rendered["specs"]]
+        return f"{len(names)} specs ({', '.join(names)}) rendered from {args.specs_json or args.inventory}"
+
+    if not report(run_check("render", do_render)).ok:
+        return finish()
+    specs, stack = rendered["specs"], rendered["stack"]
+    facts = yaml.safe_load(FACTS.read_text(encoding="utf-8"))
+    cuda_home = CACHE / f"cuda-toolkit-{stack['stack_cuda_version']}" / "toolkit"
+    context = {
+        "cuda_version": stack["stack_cuda_version"],
+        "nvcc_build": stack["stack_cuda_nvcc_build"],
+        "cuda_home": str(cuda_home),
+        "arch": stack["stack_cuda_arch"],
+    }
+
+    def do_plan() -> str:
+        planned = plan(specs, context)
+        return "order " + " -> ".join(p.name for p in planned)
+
+    report(run_check("plan", do_plan))
+    # -- each spec's options against the facts of its upstream tag
+    report(run_check("facts build-requires", check_build_requires, specs, facts))
+    report(run_check("facts cmake-args", check_cmake_options, specs, facts))
+    report(run_check("facts triton-pin", check_triton_pin, specs, facts))
+    report(run_check("facts flashinfer-arch", check_flashinfer_arch, specs, facts, stack["stack_cuda_version"]))
+    report(run_check("facts local-version", check_local_versions, specs, facts))
+    # -- the other defects, statically
+    report(run_check("poll flat", check_poll_not_recursive, ROOT / "roles" / "sglang_build" / "tasks" / "wait.yml"))
+    report(run_check("nvidia repo keys", check_nvidia_keys, ROOT / "roles" / "cuda_toolkit" / "vars" / "nvidia_repos", KEYS))
+    meta_req = f"cuda-toolkit=={stack['stack_cuda_version']}"
+    report(
+        run_check(
+            "cuda component pins",
+            lambda: check_cuda_pins(fetch_meta_wheel(sys.executable, meta_req, WORK / "cuda-toolkit-meta"), stack["stack_cuda_components"]),
+        )
+    )
+    sgl_version = str(stack.get("stack_kernel_version", stack.get("stack_sgl_kernel_version")))
+    real: tuple[Path, Path] | None = None
+    try:
+        real = real_sgl_kernel(sgl_version)
+    except FileNotFoundError as exc:
+        report(Outcome("real sgl-kernel", False, str(exc)))
+    if real is not None:
+        files = sorted(p for p in real[1].rglob("*") if p.is_file() and ".so" in p.name)
+        report(
+            run_check(
+                "cuda-arch vs cuobjdump",
+                check_cuda_arch_matches_cuobjdump,
+                ROOT / "bin" / "cuda-arch",
+                str(CUOBJDUMP),
+                files,
+                sys.executable,
+            )
+        )
+
+    # -- stand-ins for what cannot be compiled here
+    by_name = {s["name"]: s for s in specs}
+    trees: dict[str, Path] = {}
+    real_names = [p.relative_to(real[1]).as_posix() for p in real[1].rglob("*") if p.is_file()] if real else []
+    tag = python_tag()
+
+    def do_standins() -> str:
+        objects = {n: standin_objects(by_name[n], facts, real_names) for n in CUDA_SPECS if n in by_name}
+        targets = sorted({t for o in objects.values() for t in o.values()})
+        compiled = {t: compile_object(cuda_home, PROBE, t, WORK / "objects") for t in targets}
+        for name, objs in objects.items():
+            trees[name] = write_standin_tree(
+                by_name[name], facts, stack, WORK / "src" / name, FIXTURE / "standin_backend.py", compiled, objs, tag
+            )
+        return f"stand-in source trees for {', '.join(trees)}; CUDA objects {', '.join(targets)} (nvcc {cuda_home})"
+
+    if not report(run_check("stand-ins", do_standins)).ok:
+        return finish()
+    expected_tags = {n: str(fact(facts, n, "wheel_tag", "py3-none-any")).replace("{python}", tag) for n in CUDA_SPECS}
+    ours: dict[str, Path] = {}
+    rehearsed = [rehearsal_spec(s, trees.get(s["name"])) for s in specs]
+    if args.reduced:
+        for name in trees:
+
+            def one(name: str = name) -> str:
+                wheel = build_in_process(
+                    _copy(trees[name], WORK / "reduced-src" / name), by_name[name], facts, WORK / "reduced-wheels" / name
+                )
+                ours[name] = wheel
+                return verify_standin(wheel, by_name[name], expected_tags[name])
+
+            report(run_check(f"stand-in {name}", one))
+    else:
+        host = WORK / "host"
+        shutil.rmtree(host, ignore_errors=True)
+        try:
+            items = [p.to_dict() for p in plan(rehearsed, context)]
+        except BuildSpecError as exc:
+            report(Outcome("build plan", False, str(exc)))
+            return finish()
+        staged = {i["name"]: str(trees[i["name"]]) for i in items if i["name"] in trees}
+        results = run_builds(items, host, staged, str(cuda_home), "python3", [], 2, None, timeout=1500)
+        for item in items:
+            outcome = results.get(item["name"]) or Outcome(f"build {item['name']}", False, "not run")
+            report(outcome)
+        from rehearsal import artifact_records
+
+        records = artifact_records(host, items)
+        for name in trees:
+            if name in records:
+                directory = host / "wheelhouse" / name / records[name]["key"]
+                wheel = directory / records[name]["installs"][0]
+                ours[name] = wheel
+                report(run_check(f"stand-in {name}", verify_standin, wheel, by_name[name], expected_tags[name]))
+
+    # -- the real upstream sgl-kernel: shadowing and verification by the same rule
+    if real is not None and "sgl_kernel" in ours:
+        links = [ours["sgl_kernel"].parent, real[0].parent]
+        report(
+            run_check(
+                "shadow sgl-kernel", check_ours_wins, sys.executable, by_name["sgl_kernel"], sgl_version, ours["sgl_kernel"], real[0], links
+            )
+        )
+
+        def upstream() -> str:
+            rules = by_name["sgl_kernel"]["verify"]
+            if args.reduced:
+                objects = objects_of_dir(real[1], rules)
+            else:
+                evidence = verify_wheel(real[0], {k: v for k, v in rules.items() if k != "cudart"})
+                objects = [SharedObject(**o) for o in evidence["shared_objects"]]
+            return check_upstream_rejected(real[0], by_name["sgl_kernel"], objects)
+
+        report(run_check("upstream sgl-kernel verified", upstream))
+
+    if not args.reduced and "sglang" in by_name:
+        host = WORK / "host"
+        items = [p.to_dict() for p in plan(rehearsed, context)]
+        from rehearsal import artifact_records
+
+        records = artifact_records(host, items)
+        wanted = [i["name"] for i in items if i["spec"].get("install", True)]
+        if all(n in records for n in wanted) and real is not None:
+            # PyPI's manylinux sgl-kernel of the same version in the host wheelhouse beside ours
+            closure = host / "wheelhouse" / "sglang" / records["sglang"]["key"]
+            beside = closure / real[0].name
+            if not beside.exists():
+                os.link(real[0], beside) if os.stat(real[0]).st_dev == os.stat(closure).st_dev else shutil.copy2(real[0], beside)
+            artifacts = {n: records[n] for n in wanted}
+            spec_map = {i["name"]: i["spec"] for i in items}
+            result: dict[str, Any] = {}
+
+            def do_install() -> str:
+                result.update(
+                    release_install("python3", WORK / "release" / "venv", host, artifacts, spec_map, WORK / "release" / "pip.log")
+                )
+                return f"{len(result['installed'])} verified wheels installed with {' '.join(result['argv'][3:6])} and read back"
+
+            (WORK / "release").mkdir(parents=True, exist_ok=True)
+            if report(run_check("release install", do_install)).ok:
+                expected = {
+                    by_name[n].get("package", n): next(w["version"] for w in [_wheel_info(records[n])]) for n in CUDA_SPECS if n in records
+                }
+                pins = [fact(facts, "torch", "triton_pin")]
+                report(run_check("release is ours", check_release, result, WORK / "release" / "venv", expected, pins))
+        else:
+            report(
+                Outcome("release install", False, f"not run: missing verified artifacts {', '.join(n for n in wanted if n not in records)}")
+            )
+    return finish()
+
+
+def _wheel_info(record: dict[str, Any]) -> dict[str, str]:
+    from build_pipeline import wheel_name_version
+
+    return {"version": wheel_name_version(record["installs"][0])[1]}
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest)
+    return dest
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,371 @@
+"""make rehearsal's checks fail, naming the cause, when a defect of issue 13 is put back.
+
+Each test puts one defect back on a COPY (of the rendered production specs, or of a repository
+file in a temporary directory) and runs the rehearsal's own check on it. The rendered specs come
+from Ansible once per session (scripts/rehearsal.py render); the real sgl-kernel wheel and
+cuobjdump from `make wheelhouse`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rehearsal import (
+    RehearsalError,
+    build_in_process,
+    check_build_requires,
+    check_cmake_options,
+    check_cuda_arch_matches_cuobjdump,
+    check_cuda_pins,
+    check_flashinfer_arch,
+    check_local_versions,
+    check_nvidia_keys,
+    check_ours_wins,
+    check_poll_not_recursive,
+    check_release,
+    check_triton_pin,
+    check_upstream_rejected,
+    compile_object,
+    objects_of_dir,
+    rehearsal_spec,
+    run_builds,
+    run_check,
+    standin_objects,
+    verify_standin,
+    write_standin_tree,
+)
+
+from build_pipeline import plan
+from conftest import CACHE, ROOT
+
+FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
+PROBE = ROOT / "tests/fixtures/sm120-probe/probe.cu"
+BACKEND = ROOT / "tests/fixtures/rehearsal-standins/standin_backend.py"
+
+
+def load_script() -> Any:
+    spec = importlib.util.spec_from_file_location("rehearsal_script", ROOT / "scripts/rehearsal.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, Any]:
+    return load_script().render(ROOT / "inventory/production")
+
+
+@pytest.fixture()
+def specs(rendered: dict[str, Any]) -> list[dict[str, Any]]:
+    return copy.deepcopy(rendered["specs"])
+
+
+def by_name(specs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(s for s in specs if s["name"] == name)
+
+
+def fails(check: Any, *args: Any) -> str:
+    outcome = run_check("x", check, *args)
+    assert not outcome.ok, outcome.line()
+    return outcome.detail
+
+
+def test_production_specs_pass_every_facts_check(specs: list[dict[str, Any]], rendered: dict[str, Any]) -> None:
+    assert plan(specs, {"arch": "12.0"})
+    for check, args in [
+        (check_build_requires, (specs, FACTS)),
+        (check_cmake_options, (specs, FACTS)),
+        (check_triton_pin, (specs, FACTS)),
+        (check_flashinfer_arch, (specs, FACTS, rendered["stack"]["stack_cuda_version"])),
+        (check_local_versions, (specs, FACTS)),
+    ]:
+        outcome = run_check(check.__name__, check, *args)
+        assert outcome.ok, outcome.line()
+
+
+def test_every_fact_names_its_source() -> None:
+    for artifact, entries in FACTS.items():
+        if artifact == "local_version":
+            entries = {"value": entries}
+        for key, entry in entries.items():
+            if key == "tag":
+                continue
+            assert {"repo", "ref", "path"} <= set(entry["source"]), (artifact, key)
+            assert entry["verified"] in ("package-metadata", "domain-notes", False), (artifact, key)
+
+
+# ---------------------------------------------------------------- the defects under "Why", put back
+
+
+@pytest.mark.parametrize(
+    ("name", "drop", "named"),
+    [
+        ("flashinfer", "apache-tvm-ffi<0.2", "flashinfer: build_requires lacks apache-tvm-ffi<0.2"),
+        ("flashinfer_jit_cache", "nvidia-ml-py", "flashinfer_jit_cache: build_requires lacks nvidia-ml-py"),
+        ("sgl_kernel", "scikit-build-core>=0.10", "sgl_kernel: build_requires lacks scikit-build-core>=0.10"),
+        ("sgl_kernel", "cmake>=3.26", "sgl_kernel: build_requires lacks cmake>=3.26"),
+        ("sgl_kernel", "ninja", "sgl_kernel: build_requires lacks ninja"),
+    ],
+)
+def test_missing_build_requirement_fails_naming_it(specs: list[dict[str, Any]], name: str, drop: str, named: str) -> None:
+    spec = by_name(specs, name)
+    spec["build_requires"] = [r for r in spec["build_requires"] if r != drop]
+    detail = fails(check_build_requires, specs, FACTS)
+    assert named in detail and "pyproject.toml" in detail
+
+
+def test_flashinfer_without_any_build_requirement_fails(specs: list[dict[str, Any]]) -> None:
+    by_name(specs, "flashinfer")["build_requires"] = []
+    assert "flashinfer: build_requires lacks setuptools>=77, packaging>=24" in fails(check_build_requires, specs, FACTS)
+
+
+def test_sgl_kernel_compile_threads_as_environment_variable_fails(specs: list[dict[str, Any]]) -> None:
+    kernel = by_name(specs, "sgl_kernel")
+    kernel["env"] = {"SGL_KERNEL_COMPILE_THREADS": "4"}
+    detail = fails(check_cmake_options, specs, FACTS)
+    assert "sgl_kernel: SGL_KERNEL_COMPILE_THREADS is a CMake cache variable" in detail
+    assert 'expected CMAKE_ARGS="-DSGL_KERNEL_COMPILE_THREADS=..."' in detail
+
+
+def test_torch_without_triton_pin_fails(specs: list[dict[str, Any]]) -> None:
+    torch = by_name(specs, "torch")
+    torch["pins"] = []
+    del torch["env"]["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
+    detail = fails(check_triton_pin, specs, FACTS)
+    assert "torch: pins expected to hold triton==3.5.1, found []" in detail
+    assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS expected to declare triton==3.5.1" in detail
+
+
+def test_flashinfer_plain_arch_list_fails(specs: list[dict[str, Any]]) -> None:
+    by_name(specs, "flashinfer_jit_cache")["env"]["FLASHINFER_CUDA_ARCH_LIST"] = "12.0"
+    detail = fails(check_flashinfer_arch, specs, FACTS, "13.0.1")
+    assert "flashinfer_jit_cache: env FLASHINFER_CUDA_ARCH_LIST expected '12.0f' on CUDA 13.0.1" in detail and "found '12.0'" in detail
+
+
+@pytest.mark.parametrize("name", ["torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel"])
+def test_missing_local_version_fails(specs: list[dict[str, Any]], name: str) -> None:
+    by_name(specs, name).pop("local_version", None)
+    assert f"{name}: local_version expected 'cu130'" in fails(check_local_versions, specs, FACTS)
+
+
+def test_build_poll_that_includes_itself_fails(tmp_path: Path) -> None:
+    poll = tmp_path / "wait.yml"
+    shutil.copy(ROOT / "roles/sglang_build/tasks/wait.yml", poll)
+    assert run_check("poll", check_poll_not_recursive, poll).ok
+    tasks = yaml.safe_load(poll.read_text())
+    tasks.append({"name": "Poll again", "when": "not done", "ansible.builtin.include_tasks": "wait.yml"})
+    poll.write_text(yaml.safe_dump(tasks))
+    detail = fails(check_poll_not_recursive, poll)
+    assert "includes wait.yml, the file itself" in detail and str(poll) in detail
+
+
+def test_debian13_with_the_old_key_fails(tmp_path: Path) -> None:
+    repos = tmp_path / "nvidia_repos"
+    shutil.copytree(ROOT / "roles/cuda_toolkit/vars/nvidia_repos", repos)
+    keys = {"debian13": "8793F200", "debian12": "3bf863cc"}
+    assert run_check("keys", check_nvidia_keys, repos, keys).ok
+    shutil.copy(repos / "debian12.yml", repos / "debian13.yml")
+    detail = fails(check_nvidia_keys, repos, keys)
+    assert "debian13.yml: expected key 8793F200" in detail and "found 3bf863cc.pub" in detail
+
+
+def test_cuda_pins_that_differ_from_nvidia_meta_wheel_fail(rendered: dict[str, Any]) -> None:
+    meta = CACHE / "wheelhouse/cuda-toolkit-13.0.1/cuda_toolkit-13.0.1-py2.py3-none-any.whl"
+    if not meta.exists():
+        pytest.fail(f"no {meta}: run `make wheelhouse` first")
+    components = dict(rendered["stack"]["stack_cuda_components"])
+    assert run_check("pins", check_cuda_pins, meta, components).ok
+    components["nvidia-cuda-runtime"] = "13.0.96"  # 13.0.2's runtime
+    assert "nvidia-cuda-runtime: expected 13.0.88, found 13.0.96" in fails(check_cuda_pins, meta, components)
+    del components["nvidia-cublas"]
+    assert "nvidia-cublas: expected 13.0.2.14, found missing" in fails(check_cuda_pins, meta, components)
+
+
+@pytest.fixture(scope="session")
+def real_sgl_kernel() -> tuple[Path, Path]:
+    found = sorted((CACHE / "real-wheels").glob("sgl_kernel-0.3.21-*.whl"))
+    if not found or not (found[0].with_name(found[0].name + ".d") / ".done").exists():
+        pytest.fail("no unpacked real sgl-kernel 0.3.21: run scripts/real-wheels.sh first")
+    return found[0], found[0].with_name(found[0].name + ".d")
+
+
+def test_cuda_arch_that_drops_suffixes_fails(tmp_path: Path, real_sgl_kernel: tuple[Path, Path], cuobjdump: Path) -> None:
+    files = [real_sgl_kernel[1] / "sgl_kernel/spatial_ops.abi3.so", real_sgl_kernel[1] / "sgl_kernel/flashmla_ops.abi3.so"]
+    assert run_check("arch", check_cuda_arch_matches_cuobjdump, ROOT / "bin/cuda-arch", str(cuobjdump), files, sys.executable).ok
+    copy_root = tmp_path / "repo"
+    shutil.copytree(ROOT / "bin", copy_root / "bin")
+    shutil.copytree(ROOT / "module_utils", copy_root / "module_utils", ignore=shutil.ignore_patterns("__pycache__"))
+    reader = copy_root / "module_utils/build_pipeline.py"
+    text = reader.read_text()
+    dropped = re.sub(r'found\.append\(f"sm_\{arch\}" \+ \([^\n]*\)\)', 'found.append(f"sm_{arch}")', text)
+    assert dropped != text, "the suffix code of the fatbin reader moved: update this test"
+    reader.write_text(dropped)
+    detail = fails(check_cuda_arch_matches_cuobjdump, copy_root / "bin/cuda-arch", str(cuobjdump), files, sys.executable)
+    assert "spatial_ops.abi3.so: expected sm_100a, sm_120a, sm_80, sm_89, sm_90, sm_90a (cuobjdump), found" in detail
+    assert "flashmla_ops.abi3.so: expected sm_100a, sm_90a (cuobjdump), found sm_100, sm_90" in detail
+
+
+def test_every_cuda_object_rule_rejects_the_real_sgl_kernel(specs: list[dict[str, Any]], real_sgl_kernel: tuple[Path, Path]) -> None:
+    kernel = by_name(specs, "sgl_kernel")
+    objects = objects_of_dir(real_sgl_kernel[1], kernel["verify"])
+    ok = run_check("upstream", check_upstream_rejected, real_sgl_kernel[0], kernel, objects)
+    assert ok.ok and "rejected as expected" in ok.detail and "libcudart.so.12" in ok.detail and "has version 0.3.21" in ok.detail
+    kernel["verify"].pop("other_arch_objects")
+    strict = objects_of_dir(real_sgl_kernel[1], kernel["verify"])
+    detail = fails(check_upstream_rejected, real_sgl_kernel[0], kernel, strict)
+    assert "sgl_kernel/flash_ops.abi3.so: expected sm_120 or sm_120a or sm_120f, found" in detail
+
+
+# ---------------------------------------------------------------- stand-ins, shadowing, dependency installs
+
+
+@pytest.fixture(scope="session")
+def standins(
+    rendered: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, cuda_home: Path, real_sgl_kernel: tuple[Path, Path]
+) -> dict[str, Any]:
+    """Stand-in trees for torch and sgl_kernel from the rendered specs (objects cached under .cache/rehearsal)."""
+    root = tmp_path_factory.mktemp("standins")
+    names = [p.relative_to(real_sgl_kernel[1]).as_posix() for p in real_sgl_kernel[1].rglob("*") if p.is_file()]
+    specs = {s["name"]: s for s in rendered["specs"]}
+    objects = {n: standin_objects(specs[n], FACTS, names) for n in ("torch", "sgl_kernel")}
+    compiled = {t: compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for o in objects.values() for t in o.values()}
+    trees = {
+        n: write_standin_tree(specs[n], FACTS, rendered["stack"], root / "src" / n, BACKEND, compiled, objects[n], "cp311") for n in objects
+    }
+    return {"root": root, "trees": trees, "specs": specs}
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest)
+    return dest
+
+
+def test_standin_carries_what_the_real_build_does(standins: dict[str, Any], tmp_path: Path) -> None:
+    spec = standins["specs"]["sgl_kernel"]
+    wheel = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "src"), spec, FACTS, tmp_path / "out")
+    assert wheel.name == "sgl_kernel-0.3.21+cu130-cp310-abi3-linux_x86_64.whl"
+    assert "sm_120a" in verify_standin(wheel, spec, "cp310-abi3-linux_x86_64")
+    torch = standins["specs"]["torch"]
+    wheel = build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch"), torch, FACTS, tmp_path / "out")
+    import zipfile
+
+    metadata = zipfile.ZipFile(wheel).read("torch-2.9.1+cu130.dist-info/METADATA").decode()
+    assert "Requires-Dist: triton==3.5.1; platform_system == 'Linux'" in metadata and "Requires-Dist: sympy>=1.13.3" in metadata
+    assert "Summary: STAND-IN for torch" in metadata
+
+
+def test_unlabelled_kernel_is_shadowed_by_the_upstream_wheel(
+    standins: dict[str, Any], tmp_path: Path, real_sgl_kernel: tuple[Path, Path]
+) -> None:
+    spec = copy.deepcopy(standins["specs"]["sgl_kernel"])
+    ours = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "a"), spec, FACTS, tmp_path / "ours")
+    links = [ours.parent, real_sgl_kernel[0].parent]
+    assert run_check("shadow", check_ours_wins, sys.executable, spec, "0.3.21", ours, real_sgl_kernel[0], links).ok
+    spec.pop("local_version")  # the defect: same version as upstream's, no +cu130
+    plain = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "b"), spec, FACTS, tmp_path / "plain")
+    assert plain.name == "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl"
+    detail = fails(check_ours_wins, sys.executable, spec, "0.3.21", plain, real_sgl_kernel[0], [plain.parent, real_sgl_kernel[0].parent])
+    assert "expected pip to take ours, found it takes sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl" in detail
+
+
+def torch_artifact(standins: dict[str, Any], root: Path, tmp_path: Path) -> dict[str, Any]:
+    """A cached torch artifact (the stand-in wheel and its record) as the pipeline leaves it."""
+    torch = rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
+    item = plan([torch], {"arch": "12.0"})[0].to_dict()
+    directory = root / "wheelhouse" / "torch" / item["key"]
+    wheel = build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch-src"), torch, FACTS, directory)
+    record = {
+        "name": "torch",
+        "package": "torch",
+        "key": item["key"],
+        "kind": "path",
+        "wheels": [{"wheel": wheel.name}],
+        "pins": torch["pins"],
+        "installs": [wheel.name],
+    }
+    (directory / "artifact.json").write_text(json.dumps(record))
+    return item
+
+
+def test_dependency_install_without_no_deps_fails_the_build(
+    standins: dict[str, Any], tmp_path: Path, cuda_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defect: the built torch installed with --no-index but without --no-deps stops at its own requirements."""
+    import build_pipeline
+
+    root = tmp_path / "host"
+    torch_item = torch_artifact(standins, root, tmp_path)
+
+    def old_dependency_install(venv_pip: str, dep_dirs: Any, pip_args: Any, constraints: str) -> list[str]:
+        files, _ = build_pipeline._dependency_wheels(dep_dirs)
+        return [" ".join([f"{venv_pip} install --quiet --no-index", *files])] if files else []
+
+    monkeypatch.setattr(build_pipeline, "dependency_install", old_dependency_install)
+    kernel = rehearsal_spec(standins["specs"]["sgl_kernel"], standins["trees"]["sgl_kernel"])
+    torch = rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
+    item = next(p.to_dict() for p in plan([torch, kernel], {"arch": "12.0"}) if p.name == "sgl_kernel")
+    assert item["depends_on"] == ["torch"]
+    results = run_builds(
+        [item], root, {"sgl_kernel": str(standins["trees"]["sgl_kernel"])}, str(cuda_home), records={"torch": {"key": torch_item["key"]}}
+    )
+    outcome = results["sgl_kernel"]
+    assert not outcome.ok, outcome.line()
+    assert "sgl_kernel: build failed" in outcome.detail
+    assert re.search(
+        r"No matching distribution found for (filelock|typing-extensions|sympy|networkx|jinja2|fsspec|triton)", outcome.detail
+    ), outcome.detail
+
+
+def test_release_evidence_copied_from_build_records_fails(tmp_path: Path) -> None:
+    result = {
+        "installed": [{"distribution": "sgl-kernel", "version": "0.3.21+cu130", "files_checked": 3}],
+        "sm120_verification": [{"distribution": "sgl-kernel", "read_from": "build record artifact.json"}],
+    }
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    with pytest.raises(
+        RehearsalError, match=r"sgl-kernel: expected sm_120 evidence read from the installed files, found 'build record artifact.json'"
+    ):
+        check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
+    result["installed"][0]["version"] = "0.3.21"  # PyPI's won
+    with pytest.raises(RehearsalError, match=r"sgl-kernel: expected 0\.3\.21\+cu130 \(ours\), found 0\.3\.21"):
+        check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
+    with pytest.raises(RehearsalError, match=r"triton: expected 3\.5\.1 \(pinned with torch\), found not installed"):
+        check_release(result, venv, {}, ["triton==3.5.1"])
+
+
+def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path: Path) -> None:
+    specs_json = tmp_path / "rendered.json"
+    specs_json.write_text(json.dumps(rendered))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
+    assert all(re.match(r"(PASS|FAIL) [^:]+: ", line) for line in lines[:-2])
+    broken = copy.deepcopy(rendered)
+    by_name(broken["specs"], "torch")["pins"] = []
+    specs_json.write_text(json.dumps(broken))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(" passed, 1 failed")
+    assert "FAIL facts triton-pin: torch: pins expected to hold triton==3.5.1, found []" in proc.stdout
