@@ -249,6 +249,54 @@ def test_second_run_reattaches_to_the_running_build_and_waits_for_it(cuda_home: 
     assert start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))["status"] == "cached"
 
 
+# ---------------------------------------------------------------- polling: sub-second waits, a flat loop bounded by the timeout
+
+WAIT_TASKS = ROOT / "roles" / "sglang_build" / "tasks" / "wait.yml"
+ARGUMENT_SPECS = ROOT / "roles" / "sglang_build" / "meta" / "argument_specs.yml"
+
+
+@pytest.mark.parametrize("poll", [0.01, 0.1, 0.25, 5, 30])
+def test_poll_loop_outlasts_a_12_hour_build_at_any_poll_interval(poll: float) -> None:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    loader = DataLoader()
+    task = loader.load_from_file(str(WAIT_TASKS))[0]
+    item = {"name": "torch", "spec": {"timeout_minutes": 720}}
+    templar = Templar(loader=loader, variables={"sglang_build_poll_seconds": poll, "sglang_build_item": item})
+    each = float(templar.template(trust_as_template(task["sglang_build"]["wait_seconds"])))
+    retries = int(templar.template(trust_as_template(task["retries"])))
+    assert each == max(poll, 0.1)  # sub-second waits pass through; 0.1 s is the floor
+    assert retries * each >= 720 * 60  # each poll blocks at least `each`, so the loop outlasts the build's own timeout
+    assert task["delay"] == 0 and "until" in task and "include_tasks" not in WAIT_TASKS.read_text()  # flat, no recursion
+
+
+def test_poll_seconds_may_be_a_fraction() -> None:
+    import yaml
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    option = yaml.safe_load(ARGUMENT_SPECS.read_text())["argument_specs"]["main"]["options"]["sglang_build_poll_seconds"]
+    result = ArgumentSpecValidator({"sglang_build_poll_seconds": {"type": option["type"]}}).validate({"sglang_build_poll_seconds": 0.1})
+    assert result.error_messages == [] and result.validated_parameters["sglang_build_poll_seconds"] == 0.1
+
+
+def test_a_sub_second_poll_returns_after_about_its_wait(cuda_home: Path, tmp_path: Path) -> None:
+    spec = probe("polled")
+    spec["build"] = "sleep 30"
+    item = plan([spec], CONTEXT)[0].to_dict()
+    assert start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))["status"] == "started"
+    job = json.loads((work_dir(tmp_path, "polled", item["key"]) / "job.json").read_text())
+    try:
+        took = []
+        for _ in range(5):
+            began = time.monotonic()
+            assert wait(item, str(tmp_path), 0.1)["done"] is False
+            took.append(time.monotonic() - began)
+        assert min(took) >= 0.1 and max(took) < 0.9, took  # not rounded up to a whole second
+    finally:
+        os.killpg(job["pid"], signal.SIGKILL)
+
+
 def test_build_that_ended_unwatched_is_verified_not_restarted(cuda_home: Path, tmp_path: Path) -> None:
     item = plan([probe("unwatched")], CONTEXT)[0].to_dict()
     first = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
