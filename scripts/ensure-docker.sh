@@ -30,7 +30,8 @@ if [ -d /run/systemd/system ] && systemctl start docker 2>/dev/null; then
     :
 else
     echo "ensure-docker: starting dockerd (log: /var/log/dockerd.log)"
-    nohup dockerd >/var/log/dockerd.log 2>&1 &
+    # its own session: a job control group that ends (a finished shell, a killed make) does not take it along
+    setsid nohup dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
 fi
 for _ in $(seq 60); do
     docker info >/dev/null 2>&1 && exit 0
