@@ -3,7 +3,7 @@ server_flags.py otherwise, then the combinations a given SGLang version accepts 
 silently mis-runs on, this hardware (compute capability 12, PCIe, MLA targets).
 
 One function, ``check_launch``, serves both bin/sglang-flags (a command line) and
-library/sglang_flags.py (a profile mapping). Plain Python, standard library only, no Ansible.
+library/sglang_launch_plan.py through module_utils/launch_plan.py (a profile mapping). Plain Python, standard library only, no Ansible.
 
 Upstream references are sgl-project/sglang issue / pull-request numbers (docs/domain-notes.md).
 """

@@ -396,9 +396,9 @@ def systemd_quote(arg: str) -> str:
     return text
 
 
-def exec_start(python: str, module: str, argv: list[str]) -> str:
-    """The ExecStart value, one flag (with its values) per continued line, readable in `systemctl cat`."""
-    lines = [f"{systemd_quote(python)} -m {systemd_quote(module)}"]
+def exec_start_args(argv: list[str]) -> str:
+    """The flags part of ExecStart: one flag (with its values) per continued line, readable in `systemctl cat`."""
+    lines: list[str] = []
     current: list[str] = []
     for arg in argv:
         if arg.startswith("--") and current:
@@ -408,3 +408,10 @@ def exec_start(python: str, module: str, argv: list[str]) -> str:
     if current:
         lines.append(" ".join(current))
     return " \\\n    ".join(lines)
+
+
+def exec_start(python: str, module: str, argv: list[str]) -> str:
+    """The ExecStart value: the interpreter and module, then exec_start_args(argv) on continued lines."""
+    head = f"{systemd_quote(python)} -m {systemd_quote(module)}"
+    args = exec_start_args(argv)
+    return head + (" \\\n    " + args if args else "")

@@ -1,0 +1,227 @@
+#!/usr/bin/python
+"""Ansible module: the launch plan (flags, environment, patches), checked once against the release's SGLang."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_launch_plan
+short_description: Compute and check the launch plan of an SGLang release once
+description:
+  - Thin wrapper around module_utils/launch_plan.py C(make_plan). Merges the launch profile with
+    the listen address and O(extra_flags) (last wins), checks the result with the checker of
+    C(bin/sglang-flags) against the SGLang in O(sglang) (SGLang's own parser when O(python) can
+    import it, else the static table read from its sources), merges the environment parts and
+    refuses a secret name in them, and returns one plan that the release key, the unit and the
+    benchmark all use.
+  - Fails, naming the variable and what was expected, on an unknown profile, a secret in the
+    environment, or any refused flag; changes nothing.
+options:
+  sglang:
+    description: The sglang package directory, the directory holding it, or a wheel.
+    type: path
+    required: true
+  profiles:
+    description: Launch profiles, name -> (canonical flag name without -- -> value).
+    type: dict
+    required: true
+  profile:
+    description: The profile to plan.
+    type: str
+    required: true
+  host:
+    description: Listen address, merged over the profile.
+    type: str
+    required: true
+  port:
+    description: Listen port, merged over the profile.
+    type: int
+    required: true
+  extra_flags:
+    description: Flags merged last (false or null removes one).
+    type: dict
+    default: {}
+  env_parts:
+    description: Environment mappings, merged in order (last wins).
+    type: list
+    elements: dict
+    default: []
+  secret_names:
+    description: Names kept in the secrets file only; none may appear in the environment.
+    type: list
+    elements: str
+    default: []
+  patches:
+    description:
+      - Ids of the patches the release carries (rules such as the symm-mem one depend on them), when
+        already known (e.g. a release's applied patches). Otherwise they come from O(manifest).
+    type: list
+    elements: str
+  manifest:
+    description: The patch manifest (files/patches/manifest.yml, parsed); its default patches, or O(patches_only).
+    type: dict
+    default: {}
+  patches_only:
+    description: The operator's patch selection (sglang_patches_only); empty means the manifest's defaults.
+    type: list
+    elements: str
+    default: []
+  model_class:
+    description: The target model's class (MLA classes get the topk rule).
+    type: str
+  gpu_major:
+    description: Compute capability major of the GPUs.
+    type: int
+    default: 12
+  launch_module:
+    description: Module the server runs with C(python -m).
+    type: str
+    default: sglang.launch_server
+  python:
+    description: A Python whose environment has SGLang's dependencies; the static table is used when it cannot import SGLang.
+    type: path
+  pythonpath:
+    description: More PYTHONPATH entries for O(python), after O(sglang).
+    type: list
+    elements: path
+    default: []
+  cache:
+    description:
+      - A directory of plans already checked, keyed by every input (the wheel's sha256, flags,
+        environment, patches, Python, the checker's source); a hit skips the check. Only when
+        O(sglang) is a wheel file. Not written in check mode.
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author: sglang-sm120 toolkit
+"""
+
+EXAMPLES = r"""
+- name: Plan the eagle3 launch against the wheel the release will carry
+  sglang_launch_plan:
+    sglang: /opt/sglang/flag-check/sglang-0.5.9-py3-none-any.whl
+    profiles: {eagle3: {model-path: /data/Kimi-K2.5-NVFP4, tp-size: 8}}
+    profile: eagle3
+    host: 127.0.0.1
+    port: 30000
+    env_parts: [{SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: "1"}]
+    model_class: KimiK25ForConditionalGeneration
+"""
+
+RETURN = r"""
+plan:
+  description: The launch plan.
+  type: dict
+  returned: success
+  contains:
+    profile:
+      description: The profile planned.
+      type: str
+      sample: eagle3
+    flags:
+      description: The merged flags.
+      type: dict
+      sample: {tp-size: 8, host: 127.0.0.1, port: 30000}
+    argv:
+      description: The flags as arguments.
+      type: list
+      elements: str
+      sample: [--tp-size, "8", --host, 127.0.0.1, --port, "30000"]
+    exec_args:
+      description: The arguments as written after C(python -m module) in ExecStart (systemd-quoted, continued lines).
+      type: str
+      sample: "--tp-size 8 \\\n    --host 127.0.0.1"
+    launch_module:
+      description: The module run with C(python -m).
+      type: str
+      sample: sglang.launch_server
+    env:
+      description: The server's environment (no secrets).
+      type: dict
+      sample: {SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: "1"}
+    patches:
+      description: The patch ids the release carries.
+      type: list
+      elements: str
+      sample: [kimi_k25_eagle3_delegation, torch_symm_mem_capability]
+    sglang_version:
+      description: The SGLang version checked against.
+      type: str
+      sample: 0.5.9
+    parser:
+      description: sglang (its own parser imported) or static (the table read from its sources).
+      type: str
+      sample: sglang
+    parser_line:
+      description: One line saying which parser decided.
+      type: str
+      sample: "parser: sglang (imported)"
+    check_mode:
+      description: import or static.
+      type: str
+      sample: import
+    flag_warnings:
+      description: Flags accepted that will do nothing on this hardware or release.
+      type: list
+      elements: str
+      sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, planned_patches
+from ansible.module_utils.server_flags import FlagError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            sglang=dict(type="path", required=True),
+            profiles=dict(type="dict", required=True),
+            profile=dict(type="str", required=True),
+            host=dict(type="str", required=True),
+            port=dict(type="int", required=True),
+            extra_flags=dict(type="dict", default={}),
+            env_parts=dict(type="list", elements="dict", default=[]),
+            secret_names=dict(type="list", elements="str", default=[], no_log=False),
+            patches=dict(type="list", elements="str"),
+            manifest=dict(type="dict", default={}),
+            patches_only=dict(type="list", elements="str", default=[]),
+            model_class=dict(type="str"),
+            gpu_major=dict(type="int", default=12),
+            launch_module=dict(type="str", default="sglang.launch_server"),
+            python=dict(type="path"),
+            pythonpath=dict(type="list", elements="path", default=[]),
+            cache=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        patches = p["patches"] if p["patches"] is not None else planned_patches(p["manifest"], p["patches_only"])
+        plan = make_plan(
+            p["sglang"],
+            profiles=p["profiles"],
+            profile=p["profile"],
+            host=p["host"],
+            port=p["port"],
+            extra_flags=p["extra_flags"],
+            env_parts=p["env_parts"],
+            secret_names=p["secret_names"],
+            patches=patches,
+            model_class=p["model_class"],
+            gpu_major=p["gpu_major"],
+            launch_module=p["launch_module"],
+            python=p["python"],
+            pythonpath=p["pythonpath"],
+            cache=p["cache"],
+            write_cache=not module.check_mode,
+        )
+    except (LaunchPlanError, FlagError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, plan=plan.to_dict())
+
+
+if __name__ == "__main__":
+    main()

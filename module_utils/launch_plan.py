@@ -1,0 +1,221 @@
+"""The launch plan: what the server runs, computed once per deploy and used by the release key, the unit and the benchmark.
+
+A plan is the profile merged with the listen address and the operator's extra flags, checked by
+the checker of bin/sglang-flags (module_utils/flag_rules.py) against the SGLang the release will
+carry; the server's environment merged from its parts (secrets never in it); and the ids of the
+patches the release will carry. Plain Python, no Ansible imports; library/sglang_launch_plan.py
+wraps it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+try:  # as Ansible ships it (module_utils), or from the repository's module_utils on sys.path
+    from ansible.module_utils import flag_rules, server_flags
+    from ansible.module_utils.flag_rules import check_launch
+    from ansible.module_utils.server_flags import exec_start_args
+except ImportError:  # pragma: no cover - exercised by pytest and bin/
+    import flag_rules  # type: ignore[no-redef]
+    import server_flags  # type: ignore[no-redef]
+    from flag_rules import check_launch  # type: ignore[no-redef]
+    from server_flags import exec_start_args  # type: ignore[no-redef]
+
+
+class LaunchPlanError(Exception):
+    """The inputs of a plan are wrong; the message names the variable, what was expected and found."""
+
+
+@dataclass
+class LaunchPlan:
+    profile: str
+    flags: dict[str, Any]
+    argv: list[str]
+    exec_args: str
+    launch_module: str
+    env: dict[str, str]
+    patches: list[str]
+    sglang_version: Optional[str]
+    parser: str
+    parser_line: str
+    check_mode: str  # "import" (SGLang's own parser) or "static" (the table read from its sources)
+    flag_warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def merge_flags(
+    profiles: Mapping[str, Any],
+    profile: str,
+    host: str,
+    port: int,
+    extra_flags: Optional[Mapping[str, Any]] = None,
+) -> dict[str, Any]:
+    """THE merge: the profile, then the listen address, then the operator's extra flags (last wins)."""
+    if not profiles:
+        raise LaunchPlanError("sglang_profiles is empty: expected at least one launch profile")
+    if profile not in profiles:
+        known = ", ".join(sorted(profiles))
+        raise LaunchPlanError(f"sglang_profile is {profile!r}, expected one of {known}")
+    base = profiles[profile]
+    if not isinstance(base, Mapping):
+        raise LaunchPlanError(f"sglang_profiles.{profile}: expected a mapping of flag -> value, found {type(base).__name__}")
+    if extra_flags is not None and not isinstance(extra_flags, Mapping):
+        raise LaunchPlanError(f"sglang_extra_flags: expected a mapping of flag -> value, found {type(extra_flags).__name__}")
+    return {**dict(base), "host": host, "port": port, **dict(extra_flags or {})}
+
+
+def merge_env(parts: Sequence[Mapping[str, Any]], secret_names: Sequence[str]) -> dict[str, str]:
+    """The server's environment: the parts in order (last wins), values as strings; refuses any secret name."""
+    env: dict[str, str] = {}
+    for part in parts:
+        for key, value in (part or {}).items():
+            env[str(key)] = "" if value is None else str(value)
+    clash = sorted(set(env) & set(secret_names))
+    if clash:
+        raise LaunchPlanError(
+            f"{', '.join(clash)} set both as environment (sglang_extra_env) and as secret (sglang_service_secrets); "
+            "keep secrets in sglang_service_secrets only"
+        )
+    return env
+
+
+def planned_patches(manifest: Mapping[str, Any], only: Optional[Sequence[str]]) -> list[str]:
+    """The patch ids the release will carry: the operator's selection, else the manifest's defaults."""
+    entries = manifest.get("patches") if isinstance(manifest, Mapping) else None
+    if not isinstance(entries, list):
+        raise LaunchPlanError("files/patches/manifest.yml: expected a mapping with a `patches` list")
+    ids = [str(entry.get("id")) for entry in entries if isinstance(entry, Mapping)]
+    if only:
+        unknown = [patch_id for patch_id in only if patch_id not in ids]
+        if unknown:
+            raise LaunchPlanError(f"sglang_patches_only names {', '.join(unknown)}, expected ids from the manifest: {', '.join(ids)}")
+        return list(dict.fromkeys(only))
+    return [str(entry["id"]) for entry in entries if isinstance(entry, Mapping) and entry.get("default")]
+
+
+def make_plan(
+    sglang: str | Path,
+    *,
+    profiles: Mapping[str, Any],
+    profile: str,
+    host: str,
+    port: int,
+    extra_flags: Optional[Mapping[str, Any]],
+    env_parts: Sequence[Mapping[str, Any]],
+    secret_names: Sequence[str],
+    patches: Sequence[str],
+    model_class: Optional[str],
+    gpu_major: int,
+    launch_module: str,
+    python: Optional[str] = None,
+    pythonpath: Sequence[str] = (),
+    cache: Optional[str | Path] = None,
+    write_cache: bool = True,
+) -> LaunchPlan:
+    """Merge, check against the SGLang at ``sglang`` and return the plan; LaunchPlanError lists every refusal.
+
+    With ``cache`` (a directory) and ``sglang`` a wheel file, a plan already checked for exactly
+    these inputs (the wheel's sha256, the merged flags, environment, patches, Python, and the
+    checker's own source) is read back instead of checked again: importing SGLang's parser takes
+    seconds to tens of seconds, and a converge that changes nothing should not pay it.
+    """
+    flags = merge_flags(profiles, profile, host, port, extra_flags)
+    env = merge_env(env_parts, secret_names)
+    key = _cache_key(sglang, flags, env, patches, model_class, gpu_major, launch_module, python, pythonpath) if cache else None
+    cached = _read_cached(Path(cache), key) if cache and key else None
+    if cached is not None:
+        return cached
+    report = check_launch(
+        sglang,
+        profile=flags,
+        model_class=model_class,
+        gpu_major=gpu_major,
+        planned_patches=list(patches),
+        python=python,
+        pythonpath=list(pythonpath),
+    )
+    if not report.ok:
+        errors = "; ".join(f.text() for f in report.errors)
+        raise LaunchPlanError(f"invalid SGLang launch flags for profile {profile} ({report.parser_line}), nothing changed: {errors}")
+    result = LaunchPlan(
+        profile=profile,
+        flags=flags,
+        argv=list(report.argv),
+        exec_args=exec_start_args(report.argv),
+        launch_module=launch_module,
+        env=env,
+        patches=list(patches),
+        sglang_version=report.version,
+        parser=report.parser,
+        parser_line=report.parser_line,
+        check_mode="import" if report.parser == "sglang" else "static",
+        flag_warnings=[f.text() for f in report.warnings],
+    )
+    if cache and key and write_cache:
+        _write_cached(Path(cache), key, result)
+    return result
+
+
+def _cache_key(
+    sglang: str | Path,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    patches: Sequence[str],
+    model_class: Optional[str],
+    gpu_major: int,
+    launch_module: str,
+    python: Optional[str],
+    pythonpath: Sequence[str],
+) -> Optional[str]:
+    """A key over every input of the check, or None when the SGLang checked is not a single file (not cached)."""
+    path = Path(sglang)
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    checker = hashlib.sha256("".join(inspect.getsource(m) for m in (flag_rules, server_flags)).encode()).hexdigest()
+    inputs = {
+        "sglang_sha256": digest.hexdigest(),
+        "flags": flags,
+        "env": env,
+        "patches": list(patches),
+        "model_class": model_class,
+        "gpu_major": gpu_major,
+        "launch_module": launch_module,
+        "python": python,
+        "pythonpath": list(pythonpath),
+        "checker": checker,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_cached(cache: Path, key: str) -> Optional[LaunchPlan]:
+    try:
+        data = json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))
+        return LaunchPlan(**{f.name: data[f.name] for f in fields(LaunchPlan)})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cached(cache: Path, key: str, plan: LaunchPlan) -> None:
+    """Atomically (a temporary file renamed into place); a failure to write only costs the next check."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".plan-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(plan.to_dict(), handle)
+        os.replace(tmp, cache / f"{key}.json")
+    except OSError:
+        pass

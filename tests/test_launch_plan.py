@@ -1,0 +1,128 @@
+"""The launch plan (module_utils/launch_plan.py): one merge, one check, one argv for the release
+key, the unit and the benchmark. Checked against the real SGLang 0.5.9 wheel (static table)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from launch_plan import LaunchPlanError, make_plan, merge_env, merge_flags, planned_patches
+from sglang_compat import render_profile
+
+from conftest import CACHE, ROOT
+from server_flags import exec_start
+
+SERVICE = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+STACK = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+PROFILES = {name: render_profile(flags, STACK) for name, flags in SERVICE["sglang_profiles"].items()}
+MANIFEST = yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text())
+WHEEL_059 = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
+
+
+def plan(**overrides):
+    args = dict(
+        profiles=PROFILES,
+        profile="eagle3",
+        host="127.0.0.1",
+        port=30000,
+        extra_flags={},
+        env_parts=[{"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}, {}, {}],
+        secret_names=[],
+        patches=planned_patches(MANIFEST, []),
+        model_class="KimiK25ForConditionalGeneration",
+        gpu_major=12,
+        launch_module="sglang.launch_server",
+    )
+    args.update(overrides)
+    return make_plan(WHEEL_059, **args)
+
+
+def test_merge_order_profile_then_address_then_extra_flags() -> None:
+    profiles = {"p": {"tp-size": 8, "port": 1, "mem-fraction-static": 0.8}}
+    merged = merge_flags(profiles, "p", "0.0.0.0", 30001, {"mem-fraction-static": 0.9, "tp-size": None})
+    assert merged == {"tp-size": None, "port": 30001, "mem-fraction-static": 0.9, "host": "0.0.0.0"}
+
+
+@pytest.mark.parametrize(
+    ("profiles", "name", "extra", "message"),
+    [
+        ({}, "eagle3", {}, "sglang_profiles is empty"),
+        ({"baseline": {}}, "eagle3", {}, "sglang_profile is 'eagle3', expected one of baseline"),
+        ({"eagle3": ["tp-size"]}, "eagle3", {}, "sglang_profiles.eagle3: expected a mapping"),
+        ({"eagle3": {}}, "eagle3", ["tp-size"], "sglang_extra_flags: expected a mapping"),
+    ],
+)
+def test_bad_profile_input_names_the_variable(profiles, name, extra, message) -> None:
+    with pytest.raises(LaunchPlanError, match=re.escape(message)):
+        merge_flags(profiles, name, "127.0.0.1", 30000, extra)
+
+
+def test_environment_last_part_wins_and_secrets_are_refused() -> None:
+    assert merge_env([{"A": 1, "B": "x"}, {"B": "y"}, {"C": None}], []) == {"A": "1", "B": "y", "C": ""}
+    with pytest.raises(LaunchPlanError, match="SGLANG_API_KEY set both as environment"):
+        merge_env([{}, {}, {"SGLANG_API_KEY": "k"}], ["SGLANG_API_KEY"])
+
+
+def test_planned_patches_are_the_manifests_defaults_or_the_selection() -> None:
+    defaults = [entry["id"] for entry in MANIFEST["patches"] if entry.get("default")]
+    assert defaults, "the manifest has default patches"
+    assert planned_patches(MANIFEST, []) == defaults
+    one = MANIFEST["patches"][0]["id"]
+    assert planned_patches(MANIFEST, [one, one]) == [one]
+    with pytest.raises(LaunchPlanError, match="sglang_patches_only names no_such_patch"):
+        planned_patches(MANIFEST, ["no_such_patch"])
+
+
+def test_plan_of_the_production_eagle3_profile_on_real_0_5_9() -> None:
+    result = plan(extra_flags={"mem-fraction-static": 0.85}, env_parts=[{"A": "1"}, {"NCCL_P2P_LEVEL": "SYS"}, {}])
+    assert result.sglang_version == "0.5.9"
+    argv = result.argv
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert argv[argv.index("--port") + 1] == "30000"
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    assert result.env == {"A": "1", "NCCL_P2P_LEVEL": "SYS"}
+    assert result.check_mode == "static" and result.parser == "static"
+    # The unit's ExecStart is the interpreter and module, then exactly these arguments.
+    python = "/opt/sglang/releases/0001-abc/venv/bin/python"
+    assert exec_start(python, "sglang.launch_server", argv) == f"{python} -m sglang.launch_server \\\n    {result.exec_args}"
+    assert result.exec_args.count("\\\n") == sum(1 for a in argv if a.startswith("--")) - 1
+
+
+def test_a_refused_flag_fails_the_plan_naming_the_profile() -> None:
+    with pytest.raises(LaunchPlanError, match=r"invalid SGLang launch flags for profile eagle3 .*--tp"):
+        plan(extra_flags={"tp": 8})
+
+
+def test_the_plan_is_computed_in_one_place_only() -> None:
+    """No role or playbook checks or renders the flags except through role sglang_launch."""
+    callers = []
+    for path in sorted([*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("playbooks/*.yml")]):
+        text = path.read_text()
+        if re.search(r"^\s*(sglang_launch_plan|sglang_flags):\s*$", text, re.M):
+            callers.append(str(path.relative_to(ROOT)))
+    assert callers == ["roles/sglang_launch/tasks/main.yml"]
+    assert not (ROOT / "library" / "sglang_flags.py").exists()
+    templates = "".join(p.read_text() for p in ROOT.glob("roles/*/templates/*.j2"))
+    assert "exec_start" not in templates
+
+
+def test_a_plan_checked_once_is_read_back_for_the_same_inputs_only(tmp_path, monkeypatch) -> None:
+    import launch_plan
+
+    first = plan(cache=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+    def no_check(*args, **kwargs):
+        raise AssertionError("checked again although nothing changed")
+
+    monkeypatch.setattr(launch_plan, "check_launch", no_check)
+    assert plan(cache=tmp_path) == first
+    with pytest.raises(AssertionError, match="checked again"):
+        plan(cache=tmp_path, extra_flags={"mem-fraction-static": 0.8})
+    with pytest.raises(AssertionError, match="checked again"):
+        plan(cache=tmp_path, python="/usr/bin/python3")
+    # check mode reads the cache but never writes it
+    monkeypatch.undo()
+    plan(cache=tmp_path, extra_flags={"mem-fraction-static": 0.8}, write_cache=False)
+    assert len(list(tmp_path.glob("*.json"))) == 1
