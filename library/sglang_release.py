@@ -16,21 +16,24 @@ options:
     default: /opt/sglang
   action:
     description:
-      - C(find) the usable release with O(key); C(create) a building release; C(ready), C(good),
-        C(bad) mark one; C(discard) marks a failed building release bad and removes its directory;
-        C(switch) points current at one; C(prune) keeps O(keep) releases; C(info) reads the record.
+      - C(find) the usable release with O(key), or with the key of O(inputs) (returned as RV(key));
+        C(create) a building release; C(ready), C(good), C(bad) mark one; C(discard) marks a failed
+        building release bad and removes its directory; C(switch) points current at one; C(prune)
+        keeps O(keep) releases; C(info) reads the record; C(rollback_target) names the release to
+        roll back to (O(release), else the newest good one before current) and fails saying why
+        there is none.
     type: str
-    choices: [find, create, ready, good, bad, discard, switch, prune, info]
+    choices: [find, create, ready, good, bad, discard, switch, prune, info, rollback_target]
     required: true
   key:
-    description: The release key (find, create).
+    description: The release key (find, create); find computes it from O(inputs) when not given.
     type: str
   inputs:
-    description: What went into the release, recorded in its manifest (create).
+    description: What went into the release (find, create); recorded in its manifest (create).
     type: dict
     default: {}
   release:
-    description: Release id (ready, good, bad, discard, switch).
+    description: Release id (ready, good, bad, discard, switch; rollback_target, optional).
     type: str
   reason:
     description: Why (bad, discard).
@@ -44,6 +47,17 @@ options:
     description: Releases to keep (prune).
     type: int
     default: 5
+attributes:
+  check_mode:
+    description: Writes nothing in check mode; find, info and rollback_target read as a real run does.
+    support: partial
+    details:
+      - switch and prune report exactly what they would change (prune returns the releases it would remove).
+      - create, ready, good, bad and discard report changed without checking whether the record would change;
+        create returns no release id.
+  diff_mode:
+    description: Only switch returns a diff (the current symlink before and after); the other actions return none.
+    support: partial
 author: sglang-sm120 toolkit
 """
 
@@ -56,17 +70,35 @@ EXAMPLES = r"""
 
 RETURN = r"""
 release:
-  description: The release id acted on or found (null when find finds none).
+  description: The release id acted on or found (null when find finds none); for rollback_target, the target.
   type: str
   returned: success
+  sample: 0002-1a2b3c4d
+key:
+  description: The key looked for (find).
+  type: str
+  returned: when action is find
+  sample: 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b
+rollback_from:
+  description: The release current when the rollback target was chosen.
+  type: str
+  returned: when action is rollback_target
+  sample: 0003-5e6f7a8b
+pruned:
+  description: The releases removed (in check mode, that would be removed).
+  type: list
+  elements: str
+  returned: when action is prune
+  sample: [0001-aaaaaaaa]
 record:
   description: releases.json after the action, with current_link.
   type: dict
   returned: success
+  sample: {schema: 1, seq: 2, order: [0001-aaaaaaaa, 0002-bbbbbbbb], current: 0002-bbbbbbbb, last_good: 0002-bbbbbbbb}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.releases import ReleaseError, Releases
+from ansible.module_utils.releases import ReleaseError, Releases, release_key
 
 
 def main() -> None:
@@ -74,7 +106,9 @@ def main() -> None:
         argument_spec=dict(
             root=dict(type="path", default="/opt/sglang"),
             action=dict(
-                type="str", required=True, choices=["find", "create", "ready", "good", "bad", "discard", "switch", "prune", "info"]
+                type="str",
+                required=True,
+                choices=["find", "create", "ready", "good", "bad", "discard", "switch", "prune", "info", "rollback_target"],
             ),
             key=dict(type="str", no_log=False),
             inputs=dict(type="dict", default={}),
@@ -84,7 +118,7 @@ def main() -> None:
             keep=dict(type="int", default=5),
         ),
         required_if=[
-            ("action", "find", ("key",)),
+            ("action", "find", ("key", "inputs"), True),
             ("action", "create", ("key",)),
             ("action", "ready", ("release",)),
             ("action", "good", ("release",)),
@@ -100,7 +134,10 @@ def main() -> None:
     changed, release, extra = False, p["release"], {}
     try:
         if action == "find":
-            release = releases.find(p["key"])
+            extra["key"] = p["key"] or release_key(p["inputs"])
+            release = releases.find(extra["key"])
+        elif action == "rollback_target":
+            extra["rollback_from"], release = releases.rollback_target(p["release"])
         elif action == "create":
             changed = True
             release = None if check else releases.create(p["key"], p["inputs"])

@@ -16,6 +16,7 @@ Nothing is inferred from mtimes; every change goes through a lock and an atomic 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -46,6 +47,11 @@ def _now() -> str:
 
 def _atomic_json(path: Path, data: Mapping[str, Any], mode: int = 0o644) -> None:
     atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode)
+
+
+def release_key(inputs: Mapping[str, Any]) -> str:
+    """The key of a release: sha256 of its inputs as canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(dict(inputs), sort_keys=True).encode()).hexdigest()
 
 
 class Releases:
@@ -98,6 +104,35 @@ class Releases:
             if entry["key"] == key and entry["state"] in USABLE and self.path(release_id).is_dir():
                 return release_id
         return None
+
+    def rollback_target(self, requested: Optional[str] = None) -> tuple[str, str]:
+        """(from, to): the current release and the one to roll back to, ``requested`` or else the
+        newest good release before current that is still on disk. Raises naming why there is none."""
+        data = self.load()
+        current = data.get("current")
+        releases = data["releases"]
+        if requested:
+            target = requested
+        else:
+            candidates = [
+                r for r in reversed(data["order"]) if r != current and releases[r]["state"] == "good" and not releases[r].get("removed")
+            ]
+            target = candidates[0] if candidates else ""
+        problem = ""
+        if not target:
+            problem = "no other good release"
+        elif target not in releases:
+            problem = f"{target} is unknown"
+        elif releases[target].get("removed"):
+            problem = f"{target} is {releases[target]['state']} and removed"
+        elif releases[target]["state"] not in ("ready", "good"):
+            problem = f"{target} is {releases[target]['state']}"
+        elif target == current:
+            problem = f"{target} is already current"
+        if problem:
+            known = ", ".join(f"{r}={releases[r]['state']}" for r in data["order"]) or "none"
+            raise ReleaseError(f"nothing to roll back to: {problem}. Current: {current}; releases: {known}")
+        return current or "", target
 
     def summary(self) -> dict[str, Any]:
         data = self.load()

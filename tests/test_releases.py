@@ -80,3 +80,34 @@ def test_a_broken_record_is_refused(tmp_path: Path) -> None:
     (tmp_path / "releases.json").write_text('{"schema": 9}')
     with pytest.raises(ReleaseError, match="expected schema 1"):
         Releases(tmp_path).load()
+
+
+def test_release_key_is_the_sha256_of_canonical_json() -> None:
+    import hashlib
+
+    from releases import release_key
+
+    inputs = {"b": [1, 2], "a": {"y": "é", "x": None}}
+    expected = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    assert release_key(inputs) == expected
+    assert release_key({"a": {"x": None, "y": "é"}, "b": [1, 2]}) == expected
+    assert release_key({**inputs, "b": [2, 1]}) != expected
+
+
+def test_rollback_target_is_the_newest_good_release_before_current(tmp_path: Path) -> None:
+    rel = Releases(tmp_path)
+    with pytest.raises(ReleaseError, match="nothing to roll back to: no other good release"):
+        rel.rollback_target()
+    first, second, third = (make_ready(rel, key) for key in ("k1", "k2", "k3"))
+    for release_id in (first, second):
+        rel.set_state(release_id, "good")
+    rel.set_state(third, "bad", "never healthy")
+    rel.switch(second)
+    assert rel.rollback_target() == (second, first)
+    assert rel.rollback_target(first) == (second, first)
+    with pytest.raises(ReleaseError, match=f"nothing to roll back to: {third} is bad"):
+        rel.rollback_target(third)
+    with pytest.raises(ReleaseError, match=f"{second} is already current"):
+        rel.rollback_target(second)
+    with pytest.raises(ReleaseError, match=r"0099-nothere is unknown.*releases: .*=good"):
+        rel.rollback_target("0099-nothere")
