@@ -337,6 +337,17 @@ def _controller_inputs(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[st
     return {}, []
 
 
+def _key_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec as it enters the key: without what only tunes a build, and without where the controller
+    keeps its files (a source tree, a wheelhouse, a prebuilt shelf): their content is keyed instead
+    (_controller_inputs, prebuilt_inputs), so the same files under another checkout keep the key."""
+    keyed = {k: v for k, v in spec.items() if k not in ("jobs_env", "mem_per_job_gib", "timeout_minutes", "install")}
+    keyed["source"] = {k: v for k, v in spec["source"].items() if k not in ("path", "wheelhouse")}
+    if isinstance(spec.get("prebuilt"), Mapping):
+        keyed["prebuilt"] = {k: v for k, v in spec["prebuilt"].items() if k != "wheelhouse"}
+    return keyed
+
+
 def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
     """Validate every spec, order by dependencies, compute keys. Raises before anything is built."""
     if not isinstance(specs, Sequence) or isinstance(specs, (str, bytes)):
@@ -374,7 +385,7 @@ def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
         extra = {**extra, **prebuilt_extra}
         key_input = {
             "schema": KEY_SCHEMA,
-            "spec": {k: v for k, v in spec.items() if k not in ("jobs_env", "mem_per_job_gib", "timeout_minutes", "install")},
+            "spec": _key_spec(spec),
             "controller": extra,
             "context": dict(context),
             "deps": {dep: keys[dep] for dep in spec["depends_on"]},
