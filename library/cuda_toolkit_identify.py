@@ -51,17 +51,53 @@ options:
     description: 'Debian revision of NVIDIA''s packages (13.0.88-C(1)).'
     type: str
     default: "1"
+attributes:
+  check_mode:
+    description: Reads only; a check-mode run does and returns exactly what a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
 RETURN = r"""
-present: {description: Whether anything is at root., type: bool, returned: success}
-release: {description: The release the tree is, empty when nothing is there or it is unknown., type: str, returned: success}
-runtime: {description: The CUDA runtime version found, if any., type: str, returned: success}
-description: {description: What was found and on what evidence, for messages., type: str, returned: success}
-pins: {description: Debian package -> exact version for the wanted release., type: dict, returned: success}
-installed: {description: The pinned packages dpkg has installed -> their versions., type: dict, returned: success}
-drift: {description: "Pinned packages installed at another version ('name version (expected V)')", type: list, returned: success}
+present:
+  description: Whether anything is at root.
+  type: bool
+  returned: success
+  sample: true
+release:
+  description: The release the tree is, empty when nothing is there or it is unknown.
+  type: str
+  returned: success
+  sample: 13.0.1
+runtime:
+  description: The CUDA runtime version found, if any.
+  type: str
+  returned: success
+  sample: 13.0.88
+description:
+  description: What was found and on what evidence, for messages.
+  type: str
+  returned: success
+  sample: "CUDA 13.0.1 (cuda-cudart-13-0 13.0.88-1 installed; runtime 13.0.88 (libcudart.so.13.0.88), which is 13.0.1's)"
+pins:
+  description: Debian package -> exact version for the wanted release.
+  type: dict
+  returned: success
+  sample: {cuda-cudart-13-0: 13.0.88-1, cuda-nvcc-13-0: 13.0.88-1, cuda-toolkit-13-0: 13.0.1-1}
+installed:
+  description: The pinned packages dpkg has installed -> their versions.
+  type: dict
+  returned: success
+  sample: {cuda-cudart-13-0: 13.0.88-1, cuda-nvcc-13-0: 13.0.88-1}
+drift:
+  description: Pinned packages installed at another version ('name version (expected V)').
+  type: list
+  elements: str
+  returned: success
+  sample: ["cuda-cudart-13-0 13.0.96-1 (expected 13.0.88-1)"]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -40,12 +40,28 @@ options:
     type: list
     elements: str
     default: []
+attributes:
+  check_mode:
+    description: Reads only; a check-mode run fetches and checks exactly as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
 RETURN = r"""
-offered: {description: Pinned package -> versions the repository offers., type: dict, returned: success}
-key_fingerprints: {description: Fingerprints of the checked key., type: list, returned: when key and fingerprints are given}
+offered:
+  description: Pinned package -> versions the repository offers.
+  type: dict
+  returned: success
+  sample: {cuda-cudart-13-0: [13.0.48-1, 13.0.88-1, 13.0.96-1], cuda-nvcc-13-0: [13.0.48-1, 13.0.88-1]}
+key_fingerprints:
+  description: Fingerprints of the checked key.
+  type: list
+  elements: str
+  returned: when key and fingerprints are given
+  sample: [EB693B3035CD5710E231E123A4B469963BF863CC]
 """
 
 from urllib.parse import unquote, urlparse

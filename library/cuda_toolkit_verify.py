@@ -58,6 +58,13 @@ options:
     description: Compute capability to compile for (12.0 means sm_120, 12.0a means sm_120a).
     type: str
     default: "12.0"
+attributes:
+  check_mode:
+    description: Runs nvcc and compiles the probe in a temporary directory in check mode too (nothing outside it is written).
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -73,13 +80,42 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-nvcc_release: {description: The release nvcc reports., type: str, returned: success}
-nvcc_build: {description: The build nvcc reports., type: str, returned: success}
-targets: {description: GPU targets found in the compiled probe object (suffix-exact)., type: list, returned: success}
-version: {description: The release the tree was identified as (empty when unknown)., type: str, returned: success}
-runtime: {description: The CUDA runtime version found., type: str, returned: success}
-identified: {description: What the tree is and on what evidence., type: str, returned: success}
-packages: {description: The given packages dpkg has installed -> their versions., type: dict, returned: success}
+nvcc_release:
+  description: The release nvcc reports.
+  type: str
+  returned: success
+  sample: "13.0"
+nvcc_build:
+  description: The build nvcc reports.
+  type: str
+  returned: success
+  sample: V13.0.88
+targets:
+  description: GPU targets found in the compiled probe object (suffix-exact).
+  type: list
+  elements: str
+  returned: success
+  sample: [sm_120]
+version:
+  description: The release the tree was identified as (empty when unknown).
+  type: str
+  returned: success
+  sample: 13.0.1
+runtime:
+  description: The CUDA runtime version found.
+  type: str
+  returned: success
+  sample: 13.0.88
+identified:
+  description: What the tree is and on what evidence.
+  type: str
+  returned: success
+  sample: "CUDA 13.0.1 (runtime 13.0.88 (libcudart.so.13.0.88), which is 13.0.1's)"
+packages:
+  description: The given packages dpkg has installed -> their versions.
+  type: dict
+  returned: success
+  sample: {cuda-cudart-13-0: 13.0.88-1, cuda-nvcc-13-0: 13.0.88-1}
 """
 
 import os

@@ -30,6 +30,13 @@ options:
     description: Fail when a required method is missing (false only reports, e.g. after a revert).
     type: bool
     default: true
+attributes:
+  check_mode:
+    description: Reads the SGLang source only; a check-mode run audits and fails exactly as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -42,9 +49,65 @@ EXAMPLES = r"""
 
 RETURN = r"""
 audit:
-  description: sglang_version, model_class, algorithm, missing_required, call_sites, conditional, guarded, ok.
+  description: The audit of the model class against the algorithm's calls.
   type: dict
   returned: always
+  sample:
+    sglang_version: 0.5.9
+    model_class: KimiK25ForConditionalGeneration
+    algorithm: EAGLE3
+    missing_required: []
+    call_sites: {set_eagle3_layers_to_capture: ["sglang/srt/model_executor/model_runner.py:512"]}
+    conditional: [{name: get_embed_and_head, feature: shared embedding and head, present: true}]
+    guarded: []
+    ok: true
+    required: [set_eagle3_layers_to_capture]
+    assigned_by_loader: {}
+  contains:
+    sglang_version:
+      description: The SGLang version audited.
+      type: str
+      sample: 0.5.9
+    model_class:
+      description: The target model class.
+      type: str
+      sample: KimiK25ForConditionalGeneration
+    algorithm:
+      description: The speculative algorithm.
+      type: str
+      sample: EAGLE3
+    missing_required:
+      description: Required methods the class lacks.
+      type: list
+      elements: str
+      sample: []
+    call_sites:
+      description: Per required method, where SGLang calls it (file:line).
+      type: dict
+      sample: {set_eagle3_layers_to_capture: ["sglang/srt/model_executor/model_runner.py:512"]}
+    conditional:
+      description: Methods needed only for a feature, with whether the class has them.
+      type: list
+      elements: dict
+      sample: [{name: get_embed_and_head, feature: shared embedding and head, present: true}]
+    guarded:
+      description: Methods SGLang calls only behind a hasattr-style guard.
+      type: list
+      elements: str
+      sample: []
+    ok:
+      description: Whether no required method is missing.
+      type: bool
+      sample: true
+    required:
+      description: The methods the algorithm requires of the target model.
+      type: list
+      elements: str
+      sample: [set_eagle3_layers_to_capture]
+    assigned_by_loader:
+      description: Attributes the model loader assigns to every model it builds (name -> file:line).
+      type: dict
+      sample: {}
 """
 
 from ansible.module_utils.basic import AnsibleModule

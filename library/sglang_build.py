@@ -77,6 +77,16 @@ options:
     description: How long C(finished) waits before returning progress.
     type: float
     default: 30
+attributes:
+  check_mode:
+    description: Changes nothing, not even the start lock.
+    support: partial
+    details:
+      - C(started) reports C(cached), C(running) or C(ended) as a real run would, and C(would-build) (changed) instead of starting a build.
+      - C(finished) neither waits nor verifies; it returns C(done=true) and C(status=check-mode).
+  diff_mode:
+    description: No diff.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -91,21 +101,64 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: cached, running, ended, started, would-build (start); running, built, cached (finished).
+  description:
+    - cached, running, ended, started, would-build (check mode) for C(started);
+      running, built, cached, check-mode (check mode) for C(finished).
   type: str
   returned: success
+  sample: started
 reattached:
   description: True when C(start) found the build a previous run started (running or ended) instead of starting one.
   type: bool
   returned: when a previous build was found
+  sample: true
+jobs:
+  description: The parallel compile jobs used.
+  type: int
+  returned: when state is started
+  sample: 16
+log:
+  description: The build log on the host.
+  type: str
+  returned: when a build was started, re-attached or is running
+  sample: /opt/sglang/build/logs/torch-3f2a9c1d0e4b.log
+pid:
+  description: The process id of the detached build.
+  type: int
+  returned: when a build was started or re-attached
+  sample: 48213
 done:
   description: Whether the build has ended and was verified (C(finished)).
   type: bool
   returned: state=finished
+  sample: false
+elapsed:
+  description: Seconds since the build started.
+  type: int
+  returned: when state is finished and the build still runs
+  sample: 1845
+last_line:
+  description: The last line of the build log.
+  type: str
+  returned: when state is finished and the build still runs
+  sample: "[1742/5120] Building CUDA object caffe2/CMakeFiles/torch_cuda.dir/..."
 artifact:
   description: The cache record (key, wheels with sha256 and verification evidence).
   type: dict
   returned: when done
+  sample:
+    name: torch
+    package: torch
+    key: 3f2a9c1d0e4b7a6f5e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f
+    kind: source
+    origin: built
+    depends_on: []
+    build_seconds: 5412
+    log: /opt/sglang/build/logs/torch-3f2a9c1d0e4b.log
+    finished: "2026-01-01T12:30:00Z"
+    wheels: {torch-2.9.1+sm120-cp312-cp312-linux_x86_64.whl: {sha256: 9c1e0b7d4a3f2e6c5b8a7d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a}}
+    local_version: sm120
+    pins: []
 """
 
 from ansible.module_utils.basic import AnsibleModule

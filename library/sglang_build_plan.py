@@ -22,6 +22,13 @@ options:
     description: Inputs common to every artifact (CUDA version, nvcc build, CUDA home, arch).
     type: dict
     required: true
+attributes:
+  check_mode:
+    description: Computes only; a check-mode run plans exactly as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -36,9 +43,29 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: The artifacts in build order, each with name, package, key, short, kind, depends_on, spec.
+  description: The artifacts in build order.
   type: list
+  elements: dict
   returned: success
+  sample:
+    - name: torch
+      package: torch
+      key: 3f2a9c1d0e4b7a6f5e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f
+      short: 3f2a9c1d0e4b
+      kind: source
+      depends_on: []
+      spec: {name: torch, kind: source, cuda_arch: "12.0"}
+      controller_files: []
+      prebuilt_files: []
+  contains:
+    name: {description: The artifact's name., type: str, sample: torch}
+    package: {description: The Python distribution it builds., type: str, sample: torch}
+    key: {description: sha256 of its inputs and of its dependencies' keys., type: str,
+          sample: 3f2a9c1d0e4b7a6f5e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f}
+    short: {description: The key's first 12 characters., type: str, sample: 3f2a9c1d0e4b}
+    kind: {description: How the artifact is made., type: str, sample: source}
+    depends_on: {description: Names of the artifacts it depends on., type: list, elements: str, sample: [torch]}
+    spec: {description: The validated build spec., type: dict, sample: {name: torch, kind: source, cuda_arch: "12.0"}}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -42,6 +42,13 @@ options:
     description: Journal lines returned as the tail.
     type: int
     default: 30
+attributes:
+  check_mode:
+    description: Polls only; a check-mode run waits and reads the unit, the endpoint and the journal as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -53,9 +60,32 @@ EXAMPLES = r"""
 
 RETURN = r"""
 poll:
-  description: healthy, status, active_state, sub_state, restarts, elapsed, last_line, crashed.
+  description: The outcome of this poll.
   type: dict
   returned: always
+  sample: {healthy: false, status: 503, active_state: active, sub_state: running, restarts: 0, elapsed: 184.2,
+           last_line: "Load weight end. type=KimiK25ForConditionalGeneration", crashed: false}
+  contains:
+    healthy: {description: Whether the endpoint answered 200., type: bool, sample: true}
+    status: {description: HTTP status of the endpoint (null when it did not answer)., type: int, sample: 200}
+    active_state: {description: The unit's ActiveState., type: str, sample: active}
+    sub_state: {description: The unit's SubState., type: str, sample: running}
+    restarts: {description: The unit's NRestarts., type: int, sample: 0}
+    elapsed: {description: Seconds since O(started)., type: float, sample: 312.5}
+    last_line: {description: The last journal line., type: str, sample: "The server is fired up and ready to roll!"}
+    crashed: {description: Whether the unit failed or restarted since the baseline., type: bool, sample: false}
+journal_tail:
+  description: The last O(journal_lines) journal lines of the unit since O(started).
+  type: list
+  elements: str
+  returned: always
+  sample: ["Load weight end. type=KimiK25ForConditionalGeneration", "The server is fired up and ready to roll!"]
+runtime_findings:
+  description: Per O(journal_checks) entry that matched, its C(meaning) and the first matching C(line).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{meaning: CUDA graphs disabled at run time, line: "Disable cuda graph because of insufficient memory"}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -35,6 +35,13 @@ options:
     description: Seconds allowed for all the imports together.
     type: int
     default: 600
+attributes:
+  check_mode:
+    description: Imports only (no bytecode written); a check-mode run imports and fails exactly as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -47,9 +54,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 imports:
-  description: Per module, module, ok, error and traceback.
+  description: Per module, whether it imported and, if not, its error and traceback.
   type: list
+  elements: dict
   returned: always
+  sample:
+    - {module: sglang.srt.models.kimi_k25, ok: true, error: "", traceback: ""}
+    - {module: sglang.srt.layers.quantization.modelopt_quant, ok: false, error: "NameError: name 'fp4_gemm' is not defined",
+       traceback: "Traceback (most recent call last):\n  ..."}
+  contains:
+    module: {description: The module imported., type: str, sample: sglang.srt.models.kimi_k25}
+    ok: {description: Whether it imported., type: bool, sample: true}
+    error: {description: The exception, empty when it imported., type: str, sample: ""}
+    traceback: {description: The last lines of the traceback, empty when it imported., type: str, sample: ""}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -33,6 +33,13 @@ options:
   state_dir:
     description: The patch state directory (default C(<sglang_dir>/../.sglang-patches)).
     type: path
+attributes:
+  check_mode:
+    description: Reads only; a check-mode run returns exactly what a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -45,13 +52,38 @@ EXAMPLES = r"""
 
 RETURN = r"""
 package:
-  description: venv, python_version, site_packages, sglang_dir, version, dist_info_version.
+  description: The SGLang package found in the virtualenv.
   type: dict
   returned: success
+  sample:
+    venv: /opt/sglang/current/venv
+    python_version: 3.12.3
+    site_packages: /opt/sglang/current/venv/lib/python3.12/site-packages
+    sglang_dir: /opt/sglang/current/venv/lib/python3.12/site-packages/sglang
+    version: 0.5.9
+    dist_info_version: 0.5.9
+  contains:
+    venv: {description: The virtualenv., type: str, sample: /opt/sglang/current/venv}
+    python_version: {description: Its Python version (pyvenv.cfg)., type: str, sample: 3.12.3}
+    site_packages:
+      description: The site-packages holding sglang.
+      type: str
+      sample: /opt/sglang/current/venv/lib/python3.12/site-packages
+    sglang_dir:
+      description: The sglang package directory.
+      type: str
+      sample: /opt/sglang/current/venv/lib/python3.12/site-packages/sglang
+    version: {description: The version from sglang/version.py., type: str, sample: 0.5.9}
+    dist_info_version: {description: The version pip's dist-info records (null without one)., type: str, sample: 0.5.9}
 pristine:
   description: Per target of O(pristine_of), its pristine C(sha256), C(source) path and C(content_base64).
   type: dict
   returned: success
+  sample:
+    srt/models/kimi_k25.py:
+      sha256: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
+      source: /opt/sglang/current/venv/lib/python3.12/site-packages/sglang/srt/models/kimi_k25.py
+      content_base64: IyBDb3B5cmlnaHQgMjAyNSBTR0xhbmcgVGVhbQo=
 """
 
 import base64

@@ -51,6 +51,13 @@ options:
     type: str
     choices: [present, absent]
     default: present
+attributes:
+  check_mode:
+    description: Plans and checks every patch exactly as a real run does and reports C(would-apply) or C(would-revert); writes nothing.
+    support: full
+  diff_mode:
+    description: Returns the unified diff of every file the patches change (or would change, in check mode).
+    support: full
 author: sglang-sm120 toolkit
 """
 
@@ -64,9 +71,42 @@ EXAMPLES = r"""
 
 RETURN = r"""
 patches:
-  description: Per patch, id, target, status, changed, before/after sha256 and values.
+  description: Per selected patch, what was done (or would be, in check mode).
   type: list
+  elements: dict
   returned: always
+  sample:
+    - id: kimi_k25_eagle3_delegation
+      target: srt/models/kimi_k25.py
+      status: applied
+      changed: true
+      found_sha256: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
+      before_sha256: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
+      after_sha256: 7b1e3c9a0d2f4e6a8c0b1d3f5a7c9e1b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a1c
+      values: {}
+      diff: ""
+  contains:
+    id: {description: The patch id., type: str, sample: kimi_k25_eagle3_delegation}
+    target: {description: The patched file, relative to the sglang package., type: str, sample: srt/models/kimi_k25.py}
+    status:
+      description: applied, already-applied, would-apply, not-applicable, fixed-upstream, reverted, would-revert or not-applied.
+      type: str
+      sample: applied
+    changed: {description: Whether this patch changed (or would change) its target., type: bool, sample: true}
+    found_sha256:
+      description: sha256 of the target as found.
+      type: str
+      sample: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
+    before_sha256:
+      description: sha256 of the pristine target.
+      type: str
+      sample: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
+    after_sha256:
+      description: sha256 of the patched target.
+      type: str
+      sample: 7b1e3c9a0d2f4e6a8c0b1d3f5a7c9e1b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a1c
+    values: {description: The template values the patch was rendered with., type: dict, sample: {}}
+    diff: {description: The unified diff of the change (empty when nothing changes)., type: str, sample: ""}
 """
 
 from ansible.module_utils.basic import AnsibleModule

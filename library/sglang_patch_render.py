@@ -36,6 +36,13 @@ options:
       - The targets' pristine bytes, as returned by M(sglang_package) with its C(pristine_of) option
         (per target a dict with C(content_base64)). Targets left out are not linted.
     type: dict
+attributes:
+  check_mode:
+    description: Renders and lints only; a check-mode run does and returns exactly what a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -61,10 +68,16 @@ rendered:
   description: Per patch id, the resolved C(values) and the rendered diff C(text).
   type: dict
   returned: success
+  sample:
+    kimi_k25_eagle3_delegation:
+      values: {}
+      text: "--- a/srt/models/kimi_k25.py\n+++ b/srt/models/kimi_k25.py\n@@ -120,6 +120,9 @@\n ..."
 linted:
   description: Ids of the patches whose result was linted against O(pristine).
   type: list
+  elements: str
   returned: success
+  sample: [kimi_k25_eagle3_delegation, torch_symm_mem_capability]
 """
 
 import base64

@@ -50,6 +50,13 @@ options:
     description: Oldest acceptable driver version.
     type: str
     default: "580.65.06"
+attributes:
+  check_mode:
+    description: Measures only; a check-mode run measures and fails exactly as a real run does.
+    support: full
+  diff_mode:
+    description: No diff; nothing is changed.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -66,19 +73,34 @@ RETURN = r"""
 disks:
   description: Free space measured for each entry of O(disks).
   type: list
+  elements: dict
   returned: always
+  sample: [{label: build root, path: /opt/sglang/build, measured_at: /opt, free_gib: 812.4, min_gib: 200.0}]
+  contains:
+    label: {description: The entry's label., type: str, sample: build root}
+    path: {description: The path asked about., type: str, sample: /opt/sglang/build}
+    measured_at: {description: The nearest existing parent, where free space was measured., type: str, sample: /opt}
+    free_gib: {description: Free space in GiB., type: float, sample: 812.4}
+    min_gib: {description: The minimum asked for., type: float, sample: 200.0}
 memory_gib:
   description: Total memory in GiB.
   type: float
   returned: always
+  sample: 1007.6
 gpus:
   description: GPUs reported by nvidia-smi (empty when not required).
   type: list
+  elements: dict
   returned: always
+  sample:
+    - {index: 0, name: NVIDIA RTX PRO 6000 Blackwell Server Edition, compute_cap: "12.0", driver_version: 580.95.05,
+       memory_mib: 97887}
 problems:
   description: Every failed check, one sentence each.
   type: list
+  elements: str
   returned: always
+  sample: ["/opt/sglang/build: expected at least 200 GiB free, found 35.2 GiB (measured at /opt)"]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -54,6 +54,13 @@ options:
   cuobjdump:
     description: cuobjdump to read GPU code with (else the built-in reader).
     type: path
+attributes:
+  check_mode:
+    description: Not supported; in check mode Ansible skips the module.
+    support: none
+  diff_mode:
+    description: No diff.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -67,17 +74,39 @@ EXAMPLES = r"""
 
 RETURN = r"""
 installed:
-  description: Each distribution read back (version, wheel, sha256 of the wheel, files checked).
+  description: Each distribution read back.
   type: list
+  elements: dict
   returned: success
+  sample:
+    - artifact: torch
+      distribution: torch
+      version: 2.9.1+sm120
+      wheel: torch-2.9.1+sm120-cp312-cp312-linux_x86_64.whl
+      wheel_sha256: 9c1e0b7d4a3f2e6c5b8a7d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a
+      dist_info: /opt/sglang/releases/0002-1a2b3c4d/venv/lib/python3.12/site-packages/torch-2.9.1+sm120.dist-info
+      files_checked: 16842
 sm120_verification:
   description: GPU code of the installed shared objects of each CUDA artifact.
   type: list
+  elements: dict
   returned: success
+  sample:
+    - artifact: torch
+      distribution: torch
+      version: 2.9.1+sm120
+      read_from: >-
+        installed files (torch-2.9.1+sm120.dist-info/RECORD)
+        in /opt/sglang/releases/0002-1a2b3c4d/venv/lib/python3.12/site-packages
+      witness: cuobjdump
+      shared_objects: [{path: torch/lib/libtorch_cuda.so, gpu_code: [sm_120], cudart_major: 13, rule: must carry the target}]
 argv:
   description: The pip command.
   type: list
+  elements: str
   returned: when installing
+  sample: [/opt/sglang/releases/0002-1a2b3c4d/venv/bin/python, -m, pip, install, --no-index, --disable-pip-version-check, --no-deps,
+           /opt/sglang/build/wheelhouse/torch/3f2a9c1d0e4b/torch-2.9.1+sm120-cp312-cp312-linux_x86_64.whl]
 """
 
 import os

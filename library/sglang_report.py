@@ -73,6 +73,13 @@ options:
   report_dir:
     description: Where the three report files go (default C(<root>/releases/<release>/report)).
     type: path
+attributes:
+  check_mode:
+    description: Reads and judges every run as a real run does and fails the same way; writes neither the record nor the report files.
+    support: full
+  diff_mode:
+    description: No diff.
+    support: none
 author: sglang-sm120 toolkit
 """
 
@@ -92,22 +99,44 @@ figures:
   description: Per profile, the C(c1) and C(batch) summaries (output tok/s, TTFT, ITL, accept length...).
   type: dict
   returned: success
+  sample:
+    eagle3:
+      c1: {ok: true, problem: "", tool: bench_serving, profile: eagle3, concurrency: 1, output_len: 512, requests: 16, completed: 16,
+           failed: 0, duration_s: 78.6, output_tokens: 8192, output_tok_s: 104.22, request_per_s: 0.204,
+           ttft_ms: {mean: 430.5, p50: 421.0, p99: 512.3}, itl_ms: {mean: 9.52, p50: 9.1, p99: 14.8},
+           latency_ms: {mean: 4912.0, p50: 4890.0, p99: 5230.0}, accept_length: 2.91, accept_source: server, errors: []}
 verdict:
   description: Which profile is faster and by how much; C(status) pass, warn, fail, off or not-compared.
   type: dict
   returned: success
+  sample: {baseline: baseline, candidate: eagle3, metric: output tok/s at concurrency 1, gate: warn, threshold: 1.0, status: pass,
+           faster: eagle3, ratio: 1.6865, percent: 68.65,
+           message: "eagle3 is faster: eagle3 104.2 tok/s vs baseline 61.8 tok/s at concurrency 1 (1.69x, 68.7% faster)"}
 lines:
   description: One human-readable line per run.
   type: list
+  elements: str
   returned: success
+  sample: ["eagle3 concurrency 1: 104.2 tok/s, 0.20 req/s, TTFT 430.5 ms (p99 512.3), ITL 9.52 ms, accept length 2.91"]
 optimisations:
   description: Per optimisation the flags ask for, C(state) (yes, no or unknown), C(evidence) and C(note).
   type: list
+  elements: dict
   returned: success
+  sample:
+    - {name: CUDA graphs, flag: --cuda-graph-max-bs, value: "64", state: "yes", evidence: ["server log: Capture cuda graph end."],
+       note: ""}
 files:
-  description: The report files written on the host (report.json, report.md).
+  description: The report files written on the host (in check mode, that would be written).
   type: list
+  elements: str
   returned: success
+  sample: [/opt/sglang/releases/0002-1a2b3c4d/report/report.json, /opt/sglang/releases/0002-1a2b3c4d/report/report.md]
+report_dir:
+  description: The directory of the report files.
+  type: str
+  returned: success
+  sample: /opt/sglang/releases/0002-1a2b3c4d/report
 """
 
 import json
