@@ -337,11 +337,14 @@ def test_key_fingerprint_agrees_with_gpg(tmp_path):
     home.mkdir(mode=0o700)
     env = dict(os.environ, GNUPGHOME=str(home))
     gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
-    subprocess.run([*gpg, "--quick-generate-key", "test <t@localhost>", "ed25519", "sign", "never"], env=env, check=True)
-    listing = subprocess.run([*gpg, "--with-colons", "--fingerprint"], env=env, check=True, capture_output=True, text=True).stdout
+    try:
+        subprocess.run([*gpg, "--quick-generate-key", "test <t@localhost>", "ed25519", "sign", "never"], env=env, check=True)
+        listing = subprocess.run([*gpg, "--with-colons", "--fingerprint"], env=env, check=True, capture_output=True, text=True).stdout
+        armored = subprocess.run([*gpg, "--armor", "--export"], env=env, check=True, capture_output=True).stdout
+        binary = subprocess.run([*gpg, "--export"], env=env, check=True, capture_output=True).stdout
+    finally:  # gpg starts an agent for this home; leave nothing running
+        subprocess.run(["gpgconf", "--kill", "all"], env=env, check=False)
     expected = [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")][:1]
-    armored = subprocess.run([*gpg, "--armor", "--export"], env=env, check=True, capture_output=True).stdout
-    binary = subprocess.run([*gpg, "--export"], env=env, check=True, capture_output=True).stdout
     assert openpgp_fingerprints(armored) == expected == openpgp_fingerprints(binary)
     with pytest.raises(CudaToolkitError):
         openpgp_fingerprints(b"not a key")
