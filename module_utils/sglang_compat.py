@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -19,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from release_stack import FLASHINFER, KERNEL_PACKAGES, requirements
+from release_stack import FLASHINFER, KERNEL_PACKAGES, ReleaseStackError, download_wheel, requirements
 
 from sglang_audit import SglangAuditError, SglangSource, audit
 from sglang_patches import NOT_NEEDED, SglangPatchError, _select, _values_for, apply, patched_source, sglang_version
@@ -95,35 +94,15 @@ def resolve(spec: str, cache: Path, pip_python: str = sys.executable) -> Release
 
 
 def _download(version: str, cache: Path, pip_python: str) -> Path:
-    target = cache / f"dl-{version}"
-    shutil.rmtree(target, ignore_errors=True)
-    done = subprocess.run(
-        [
-            pip_python,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            str(target),
-            f"sglang=={version}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    found = sorted(target.glob(f"sglang-{version}-*.whl")) if done.returncode == 0 else []
-    if not found:
-        shutil.rmtree(target, ignore_errors=True)
-        reason = next((line for line in done.stderr.splitlines() if line.startswith("ERROR")), done.stderr.strip()[-300:])
-        raise CompatError(f"SGLang {version}: no such release could be downloaded (pip download --no-deps sglang=={version}: {reason})")
-    wheel = cache / found[0].name
-    found[0].replace(wheel)
-    shutil.rmtree(target, ignore_errors=True)
-    return wheel
+    """The wheel of ``version`` the GPU host would install (cp311 manylinux from 0.5.11 on, whatever
+    the controller's Python), fetched once by release_stack.download_wheel and kept in the cache."""
+    try:
+        wheel = download_wheel(version, cache / "downloads", pip_python)
+    except ReleaseStackError as exc:
+        raise CompatError(str(exc)) from exc
+    final = cache / wheel.name
+    shutil.copyfile(wheel, final)
+    return final
 
 
 def _from_wheel(wheel: Path, cache: Path, label: Optional[str] = None) -> Release:
