@@ -110,7 +110,9 @@ patches:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_patches import SglangPatchError, apply, load_manifest, revert
+from ansible.module_utils.patch_errors import SglangPatchError
+from ansible.module_utils.patch_manifest import load_manifest
+from ansible.module_utils.sglang_patches import apply, revert
 
 
 def main() -> None:

@@ -84,7 +84,9 @@ import base64
 import binascii
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_patches import SglangPatchError, load_manifest, prove_rendered, render_selected
+from ansible.module_utils.patch_errors import SglangPatchError
+from ansible.module_utils.patch_manifest import load_manifest
+from ansible.module_utils.sglang_patches import prove_rendered, render_selected
 
 
 def main() -> None:

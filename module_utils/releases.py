@@ -1,6 +1,6 @@
 """Versioned SGLang releases: the explicit record (releases.json), the current symlink, pruning.
 
-Plain Python, standard library and the sibling ``sglang_patches`` (its atomic write) only;
+Plain Python, standard library and the sibling ``atomic_files`` (its atomic write) only;
 library/sglang_release.py wraps it.
 
     <root>/releases/<id>/          one release: venv/ (created at its final path), logs/, manifest.json
@@ -26,10 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.sglang_patches)
-    from ansible.module_utils.sglang_patches import atomic_write  # type: ignore[import-not-found]
+try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.atomic_files)
+    from ansible.module_utils.atomic_files import atomic_write  # type: ignore[import-not-found]
 except ImportError:  # plain Python: module_utils/ is on sys.path
-    from sglang_patches import atomic_write  # type: ignore[no-redef]
+    from atomic_files import atomic_write  # type: ignore[no-redef]
 
 SCHEMA = 1
 STATES = ("building", "ready", "good", "bad")

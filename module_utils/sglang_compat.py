@@ -20,8 +20,10 @@ from typing import Any, Optional
 
 from release_stack import FLASHINFER, KERNEL_PACKAGES, ReleaseStackError, download_wheel, requirements
 
+from patch_errors import SglangPatchError
 from sglang_audit import SglangAuditError, SglangSource, audit
-from sglang_patches import NOT_NEEDED, SglangPatchError, _select, _values_for, apply, patched_source, sglang_version
+from sglang_patches import NOT_NEEDED, _select, _values_for, apply, patched_source
+from sglang_venv import sglang_version
 
 VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?$")
 STACK_PACKAGES = {"torch": "torch", FLASHINFER: "flashinfer_python", **dict.fromkeys(KERNEL_PACKAGES, "kernel")}

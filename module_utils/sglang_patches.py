@@ -1,8 +1,10 @@
 """Apply, check and revert the toolkit's source patches to an installed SGLang package.
 
-The engine takes the parsed manifest (files/patches/manifest.yml, a dict) and the directory of its
-Jinja2 templates, so Ansible hosts need no yaml; jinja2 is imported only when a template is rendered.
-Only the standard library is imported at module load.
+The engine takes the parsed manifest (files/patches/manifest.yml, a dict; see patch_manifest.py) and
+the directory of its Jinja2 templates, so Ansible hosts need no yaml; jinja2 is imported only when a
+template is rendered. At module load only the standard library and sibling module_utils are imported
+(patch_errors, patch_manifest, unified_diff, sglang_venv, atomic_files, patch_lint); their public
+names are re-exported here (__all__) for existing callers.
 
 Rules, in the order they are checked for each selected patch:
 
@@ -14,11 +16,9 @@ Rules, in the order they are checked for each selected patch:
 * current sha256 is one of the patch's known pristine hashes -> to apply (with that hash's template);
 * anything else -> drift, refused, naming the file, the expected hashes and the found hash.
 
-Versions are compared as versions (0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11), never as text.
-
-Hunks are applied by this module's own unified-diff applier: no fuzz and NO offset. Every hunk must
-match, context and removed lines byte for byte, at exactly the line its header states (the pristine
-hash has been checked, so a moved hunk can only mean a wrong template). The whole selection is
+Hunks are applied by unified_diff.apply_diff: no fuzz and NO offset. Every hunk must match, context
+and removed lines byte for byte, at exactly the line its header states (the pristine hash has been
+checked, so a moved hunk can only mean a wrong template). The whole selection is
 rendered, applied in memory, compiled and linted before anything is written; one failure changes no
 file. The lint (module_utils/patch_lint.py) runs pyflakes on the pristine and the patched source and
 refuses a patch that adds a message (an undefined name compiles but raises NameError on import);
@@ -35,160 +35,122 @@ site-packages, so it moves and disappears with the virtualenv):
 from __future__ import annotations
 
 import ast
-import difflib
-import hashlib
 import json
 import os
 import py_compile
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.patch_lint)
+try:  # inside Ansible (AnsiballZ ships each as ansible.module_utils.<name>)
+    from ansible.module_utils.atomic_files import atomic_write, sha256_bytes  # type: ignore[import-not-found]
+    from ansible.module_utils.patch_errors import (  # type: ignore[import-not-found]
+        DriftError,
+        HunkError,
+        LintError,
+        ManifestError,
+        SglangPatchError,
+        StateError,
+        UnsupportedVersionError,
+        UsageError,
+    )
     from ansible.module_utils.patch_lint import LintUnavailable, new_problems  # type: ignore[import-not-found]
+    from ansible.module_utils.patch_manifest import (  # type: ignore[import-not-found]
+        DETECTORS,
+        VARIABLE_TYPES,
+        Manifest,
+        PatchSpec,
+        Variable,
+        coerce_value,
+        load_manifest,
+        version_in_range,
+        version_key,
+    )
+    from ansible.module_utils.sglang_venv import SglangPackage, SglangPackageError, find_sglang, sglang_version  # type: ignore[import-not-found]
+    from ansible.module_utils.unified_diff import FileDiff, Hunk, apply_diff, parse_unified_diff, unified_diff  # type: ignore[import-not-found]
 except ImportError:  # plain Python: module_utils/ is on sys.path
+    from atomic_files import atomic_write, sha256_bytes  # type: ignore[no-redef]
+    from patch_errors import (  # type: ignore[no-redef]
+        DriftError,
+        HunkError,
+        LintError,
+        ManifestError,
+        SglangPatchError,
+        StateError,
+        UnsupportedVersionError,
+        UsageError,
+    )
     from patch_lint import LintUnavailable, new_problems  # type: ignore[no-redef]
+    from patch_manifest import (  # type: ignore[no-redef]
+        DETECTORS,
+        VARIABLE_TYPES,
+        Manifest,
+        PatchSpec,
+        Variable,
+        coerce_value,
+        load_manifest,
+        version_in_range,
+        version_key,
+    )
+    from sglang_venv import SglangPackage, SglangPackageError, find_sglang, sglang_version  # type: ignore[no-redef]
+    from unified_diff import FileDiff, Hunk, apply_diff, parse_unified_diff, unified_diff  # type: ignore[no-redef]
+
+# The engine's own names and, so that `from sglang_patches import X` keeps working, those of the modules split from it.
+__all__ = [
+    "DETECTORS",
+    "MARKER",
+    "NOT_NEEDED",
+    "PRISTINE_DIR",
+    "STATE_FILE",
+    "STATE_SCHEMA",
+    "VARIABLE_TYPES",
+    "DriftError",
+    "FileDiff",
+    "Hunk",
+    "HunkError",
+    "LintError",
+    "Manifest",
+    "ManifestError",
+    "PatchResult",
+    "PatchSpec",
+    "SglangPackage",
+    "SglangPackageError",
+    "SglangPatchError",
+    "StateError",
+    "UnsupportedVersionError",
+    "UsageError",
+    "Variable",
+    "apply",
+    "apply_diff",
+    "atomic_write",
+    "coerce_value",
+    "default_state_dir",
+    "find_sglang",
+    "fixed_upstream",
+    "lint_patch",
+    "load_manifest",
+    "parse_unified_diff",
+    "patched_source",
+    "pristine_sources",
+    "prove_rendered",
+    "read_state",
+    "render_patch",
+    "render_selected",
+    "revert",
+    "sglang_version",
+    "sha256_bytes",
+    "status",
+    "unified_diff",
+    "version_in_range",
+    "version_key",
+]
 
 STATE_SCHEMA = 1
 STATE_FILE = "state.json"
 PRISTINE_DIR = "pristine"
 MARKER = "sglang-patch {id}"
-VARIABLE_TYPES = ("int", "bool", "str", "list[int]", "dict[int,int]")
-# fixed_upstream detectors: `class` + `defines` (the class defines these methods), `no_subscript` (no
-# `TABLE[...]` indexing of these names is left: lookups cannot raise KeyError), `contains`, `regex`.
-DETECTORS = ("class", "no_subscript", "contains", "regex")
-
-
-class SglangPatchError(Exception):
-    """A patch operation was refused; the message carries what was expected and what was found."""
-
-
-class UsageError(SglangPatchError):
-    """The request itself is wrong: unknown patch id, unknown variable, badly typed value."""
-
-
-class ManifestError(SglangPatchError):
-    """The manifest is malformed."""
-
-
-class UnsupportedVersionError(SglangPatchError):
-    """The installed SGLang version is not one the patch was written for."""
-
-
-class DriftError(SglangPatchError):
-    """A target's bytes are neither pristine nor the recorded patched result."""
-
-
-class HunkError(SglangPatchError):
-    """A hunk of a rendered patch does not apply exactly."""
-
-
-class StateError(SglangPatchError):
-    """The state directory is inconsistent with the request or the files."""
-
-
-class LintError(SglangPatchError):
-    """A rendered patch adds a pyflakes message (undefined name, syntax error, ...) to its target."""
-
-
-@dataclass(frozen=True)
-class Variable:
-    name: str
-    type: str
-    default: Any
-    description: str
-
-
-@dataclass(frozen=True)
-class PatchSpec:
-    id: str
-    target: str
-    template: str
-    description: str
-    upstream: str
-    default: bool
-    versions: dict[str, str]
-    variables: dict[str, Variable]
-    fixed_upstream: Optional[dict[str, Any]]
-    applies_to: str = ""  # a version range, e.g. ">=0.5.9,<0.5.14"; empty: exactly the listed versions
-    templates: dict[str, str] = field(default_factory=dict)  # pristine sha256 -> template, when not `template`
-
-    def in_range(self, version: str) -> bool:
-        if not self.applies_to:
-            return version in self.versions
-        return version_in_range(version, self.applies_to)
-
-    def range_text(self) -> str:
-        known = ", ".join(sorted(self.versions, key=version_key))
-        return f"{self.applies_to} (pristine files known from {known})" if self.applies_to else known
-
-    def template_for(self, pristine_sha: Optional[str]) -> str:
-        return self.templates.get(pristine_sha or "", self.template)
-
-
-# ---------------------------------------------------------------- versions
-
-
-def version_key(version: str) -> tuple:
-    """A sort key comparing release numbers as numbers: 0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11; rc/dev before."""
-    found = re.match(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev|post)\.?(\d*))?", str(version))
-    if not found:
-        return ((), 0, 0, str(version))
-    release = tuple(int(p) for p in found.group(1).split("."))
-    while len(release) > 1 and release[-1] == 0:
-        release = release[:-1]
-    tag, number = found.group(2), int(found.group(3) or 0)
-    phase = {"dev": -3, "a": -2, "b": -1, "rc": -1, None: 0, "post": 1}[tag]
-    return (release, phase, number, "")
-
-
-def version_in_range(version: str, spec: str) -> bool:
-    """True when `version` meets every comma-separated clause of `spec` (>=, >, <=, <, ==, !=)."""
-    key = version_key(version)
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        found = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*(\S+)", clause)
-        if not found:
-            raise ManifestError(f"version range {spec!r}: cannot read {clause!r} (expected e.g. >=0.5.9,<0.5.14)")
-        op, other = found.group(1), version_key(found.group(2))
-        ok = {">=": key >= other, "<=": key <= other, ">": key > other, "<": key < other, "==": key == other, "!=": key != other}[op]
-        if not ok:
-            return False
-    return True
-
-
-@dataclass(frozen=True)
-class Manifest:
-    patches: list[PatchSpec]
-    template_dir: Optional[Path]
-    # Pre-rendered diffs, {id: {"values": {...}, "text": "..."}}, from render_selected() on another
-    # machine (Ansible renders on the controller, so the GPU host needs no jinja2).
-    rendered: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def get(self, patch_id: str) -> PatchSpec:
-        for spec in self.patches:
-            if spec.id == patch_id:
-                return spec
-        raise UsageError(f"unknown patch id {patch_id!r}; the manifest has {', '.join(s.id for s in self.patches)}")
-
-
-@dataclass
-class Hunk:
-    number: int
-    old_start: int
-    old_len: int
-    new_start: int
-    new_len: int
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class FileDiff:
-    old_path: str
-    new_path: str
-    hunks: list[Hunk]
 
 
 @dataclass
@@ -205,233 +167,6 @@ class PatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# ---------------------------------------------------------------- manifest
-
-
-def load_manifest(
-    data: Mapping[str, Any],
-    template_dir: str | os.PathLike[str] | None = None,
-    rendered: Optional[Mapping[str, Mapping[str, Any]]] = None,
-) -> Manifest:
-    """Validate a parsed manifest.yml; templates are looked up in template_dir, or given pre-rendered."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("patches"), list):
-        raise ManifestError("manifest must be a mapping with a `patches` list")
-    specs = [_patch_spec(entry) for entry in data["patches"]]
-    seen_ids: set[str] = set()
-    seen_targets: dict[str, str] = {}
-    for spec in specs:
-        if spec.id in seen_ids:
-            raise ManifestError(f"patch id {spec.id!r} appears twice in the manifest")
-        if spec.target in seen_targets:
-            raise ManifestError(f"patches {seen_targets[spec.target]!r} and {spec.id!r} both target {spec.target}; use one entry per file")
-        seen_ids.add(spec.id)
-        seen_targets[spec.target] = spec.id
-    if template_dir is None and rendered is None:
-        raise UsageError("give the template directory or the pre-rendered patches")
-    for patch_id, entry in (rendered or {}).items():
-        if patch_id not in seen_ids:
-            raise ManifestError(f"pre-rendered patch {patch_id!r} is not in the manifest")
-        if not (isinstance(entry, Mapping) and isinstance(entry.get("text"), str) and isinstance(entry.get("values"), Mapping)):
-            raise ManifestError(f"pre-rendered patch {patch_id!r}: expected a mapping with `text` and `values`")
-    return Manifest(patches=specs, template_dir=Path(template_dir) if template_dir is not None else None, rendered=dict(rendered or {}))
-
-
-def _patch_spec(entry: Any) -> PatchSpec:
-    if not isinstance(entry, Mapping):
-        raise ManifestError(f"patch entry must be a mapping, found {entry!r}")
-    missing = [key for key in ("id", "target", "versions", "description", "upstream", "default") if key not in entry]
-    if missing:
-        raise ManifestError(f"patch {entry.get('id', '?')!r} lacks {', '.join(missing)}")
-    patch_id = str(entry["id"])
-    versions: dict[str, str] = {}
-    templates: dict[str, str] = {}
-    for version, info in dict(entry["versions"]).items():
-        digest = info.get("sha256") if isinstance(info, Mapping) else None
-        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise ManifestError(f"patch {patch_id!r} version {version}: expected sha256 of 64 hex digits, found {digest!r}")
-        versions[str(version)] = digest
-        if isinstance(info, Mapping) and info.get("template"):
-            if templates.get(digest, info["template"]) != info["template"]:
-                raise ManifestError(f"patch {patch_id!r}: pristine sha256 {digest} is given two templates")
-            templates[digest] = str(info["template"])
-    applies_to = str(entry.get("applies_to") or "")
-    if applies_to:
-        version_in_range("0", applies_to)  # raises ManifestError on a malformed range
-        outside = [v for v in versions if not version_in_range(v, applies_to)]
-        if outside:
-            raise ManifestError(f"patch {patch_id!r}: versions {', '.join(outside)} lie outside applies_to {applies_to!r}")
-    variables = {}
-    for name, info in dict(entry.get("variables") or {}).items():
-        if not isinstance(info, Mapping) or "default" not in info or info.get("type") not in VARIABLE_TYPES:
-            raise ManifestError(f"patch {patch_id!r} variable {name!r} needs a default and a type among {VARIABLE_TYPES}")
-        var = Variable(name=str(name), type=info["type"], default=None, description=str(info.get("description", "")))
-        variables[var.name] = Variable(var.name, var.type, coerce_value(var, info["default"]), var.description)
-    detector = entry.get("fixed_upstream")
-    if detector is not None and not (isinstance(detector, Mapping) and (set(DETECTORS) & set(detector))):
-        raise ManifestError(f"patch {patch_id!r}: fixed_upstream needs one of {', '.join(DETECTORS)}")
-    return PatchSpec(
-        id=patch_id,
-        target=str(entry["target"]),
-        template=str(entry.get("template", f"{patch_id}.diff.j2")),
-        description=str(entry["description"]),
-        upstream=str(entry["upstream"]),
-        default=bool(entry["default"]),
-        versions=versions,
-        variables=variables,
-        fixed_upstream=dict(detector) if detector is not None else None,
-        applies_to=applies_to,
-        templates=templates,
-    )
-
-
-def coerce_value(var: Variable, raw: Any) -> Any:
-    """Turn a value (typed, or a Python literal in a string as given by --set) into the variable's type."""
-    value = raw
-    if isinstance(raw, str) and var.type != "str":
-        try:
-            value = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError) as exc:
-            raise UsageError(f"variable {var.name}: expected a {var.type} literal, found {raw!r}") from exc
-    if var.type == "str" and isinstance(value, str):
-        return value
-    if var.type == "bool" and isinstance(value, bool):
-        return value
-    if var.type == "int" and _is_int(value):
-        return value
-    if var.type == "list[int]" and isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
-        return sorted(set(value))
-    if var.type == "dict[int,int]" and isinstance(value, Mapping):
-        try:
-            result = {int(k): v for k, v in value.items()}
-        except (TypeError, ValueError):
-            result = None
-        if result is not None and all(_is_int(v) and v > 0 for v in result.values()):
-            return dict(sorted(result.items()))
-    raise UsageError(f"variable {var.name}: expected {var.type}, found {raw!r}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# ---------------------------------------------------------------- facts about the installed package
-
-
-def sglang_version(sglang_dir: str | os.PathLike[str]) -> str:
-    """`__version__` of the package, read from version.py (following its `_version` import) without importing it."""
-    pkg = Path(sglang_dir)
-    version_py = pkg / "version.py"
-    try:
-        tree = ast.parse(version_py.read_text(encoding="utf-8"), str(version_py))
-    except OSError as exc:
-        raise SglangPatchError(f"cannot read the SGLang version: {exc}") from exc
-    found = _literal_version(tree.body)
-    if found:
-        return found
-    if _imports_version_module(tree.body):
-        generated = pkg / "_version.py"
-        try:
-            found = _literal_version(ast.parse(generated.read_text(encoding="utf-8"), str(generated)).body)
-        except OSError as exc:
-            raise SglangPatchError(f"{version_py} takes __version__ from _version.py, which cannot be read: {exc}") from exc
-        if found:
-            return found
-    raise SglangPatchError(f"no literal __version__ in {version_py} or its _version.py")
-
-
-# ---------------------------------------------------------------- locating the package in a virtualenv
-
-
-class SglangPackageError(SglangPatchError):
-    """The directory is not a virtualenv holding exactly one SGLang package."""
-
-
-@dataclass(frozen=True)
-class SglangPackage:
-    venv: str
-    python_version: str
-    site_packages: str
-    sglang_dir: str
-    version: str
-    dist_info_version: Optional[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _pyvenv_version(cfg: Path) -> str:
-    for line in cfg.read_text(encoding="utf-8").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() in ("version_info", "version"):
-            found = re.match(r"\s*(\d+\.\d+)", value)
-            if found:
-                return found.group(1)
-    return ""
-
-
-def find_sglang(venv: str | os.PathLike[str]) -> SglangPackage:
-    root = Path(venv)
-    cfg = root / "pyvenv.cfg"
-    if not cfg.is_file():
-        raise SglangPackageError(
-            f"{root} is not a virtualenv: expected {cfg}, found {'no such directory' if not root.exists() else 'no pyvenv.cfg'}"
-        )
-    python_version = _pyvenv_version(cfg)
-    candidates = sorted(p for p in root.glob("lib*/python3*/site-packages/sglang") if (p / "__init__.py").is_file())
-    # lib64 is often a symlink to lib: the same package seen twice is one package.
-    unique: dict[str, Path] = {}
-    for path in candidates:
-        unique.setdefault(os.path.realpath(path), path)
-    if not unique:
-        raise SglangPackageError(f"no sglang package in the virtualenv {root}: looked for lib*/python3*/site-packages/sglang/__init__.py")
-    if len(unique) > 1:
-        raise SglangPackageError(f"more than one sglang package in {root}: {', '.join(str(p) for p in unique.values())}")
-    pkg = next(iter(unique.values()))
-    try:
-        version = sglang_version(pkg)
-    except SglangPatchError as exc:
-        raise SglangPackageError(f"{pkg}: {exc}") from exc
-    dist_versions = sorted(
-        m.group(1) for p in pkg.parent.glob("sglang-*.dist-info") if (m := re.fullmatch(r"sglang-(.+)\.dist-info", p.name))
-    )
-    dist_version = dist_versions[0] if len(dist_versions) == 1 else None
-    if dist_version is not None and dist_version != version:
-        raise SglangPackageError(f"{pkg}: version.py says {version} but pip installed sglang {dist_version} (mixed install)")
-    return SglangPackage(
-        venv=str(root),
-        python_version=python_version,
-        site_packages=str(pkg.parent),
-        sglang_dir=str(pkg),
-        version=version,
-        dist_info_version=dist_version,
-    )
-
-
-def _literal_version(body: list[ast.stmt]) -> Optional[str]:
-    for node in body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            return node.value.value
-    return None
-
-
-def _imports_version_module(body: list[ast.stmt]) -> bool:
-    for node in body:
-        statements = [node, *node.body] if isinstance(node, ast.Try) else [node]
-        for stmt in statements:
-            if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[-1] == "_version":
-                return True
-    return False
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def default_state_dir(sglang_dir: str | os.PathLike[str]) -> Path:
@@ -484,90 +219,7 @@ def _class_defines(text: str, class_name: str, names: list[str]) -> bool:
     return False
 
 
-# ---------------------------------------------------------------- unified diffs
-
-_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def parse_unified_diff(text: str) -> FileDiff:
-    """Parse a single-file unified diff (`--- a/x`, `+++ b/x`, hunks). Header counts are checked against the body."""
-    lines = text.splitlines(keepends=True)
-    index = 0
-    while index < len(lines) and not lines[index].startswith("--- "):
-        index += 1
-    if index + 1 >= len(lines) or not lines[index + 1].startswith("+++ "):
-        raise HunkError("diff has no `--- ` / `+++ ` header")
-    old_path = _diff_path(lines[index][4:])
-    new_path = _diff_path(lines[index + 1][4:])
-    hunks: list[Hunk] = []
-    for line in lines[index + 2 :]:
-        header = _HUNK_HEADER.match(line)
-        if header:
-            old_start, old_len, new_start, new_len = (int(g) if g is not None else 1 for g in header.groups())
-            hunks.append(Hunk(len(hunks) + 1, old_start, old_len, new_start, new_len))
-        elif not hunks:
-            raise HunkError(f"unexpected line before the first hunk: {line!r}")
-        elif line.startswith("\\"):
-            tag, body = hunks[-1].lines[-1]
-            hunks[-1].lines[-1] = (tag, body.rstrip("\n"))
-        elif line[:1] in (" ", "-", "+"):
-            hunks[-1].lines.append((line[0], line[1:]))
-        elif line in ("\n", ""):
-            hunks[-1].lines.append((" ", line))
-        else:
-            raise HunkError(f"hunk {hunks[-1].number}: unexpected line {line!r}")
-    if not hunks:
-        raise HunkError(f"diff for {new_path} has no hunks")
-    for hunk in hunks:
-        old = sum(1 for tag, _ in hunk.lines if tag != "+")
-        new = sum(1 for tag, _ in hunk.lines if tag != "-")
-        if (old, new) != (hunk.old_len, hunk.new_len):
-            raise HunkError(f"hunk {hunk.number}: header says -{hunk.old_len} +{hunk.new_len} lines, body has -{old} +{new}")
-    return FileDiff(old_path, new_path, hunks)
-
-
-def _diff_path(raw: str) -> str:
-    path = raw.rstrip("\n").split("\t")[0].strip()
-    return path[2:] if path.startswith(("a/", "b/")) else path
-
-
-def apply_diff(source: bytes, diff: FileDiff) -> bytes:
-    """Apply hunks at exactly their stated lines (no offset, no fuzz); HunkError names the failing hunk."""
-    original = source.decode("utf-8").splitlines(keepends=True)
-    out: list[str] = []
-    cursor = 0
-    for hunk in diff.hunks:
-        position = hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1
-        if position < cursor or position > len(original):
-            raise HunkError(f"hunk {hunk.number}: starts at line {hunk.old_start}, file has {len(original)} lines (or hunks overlap)")
-        out.extend(original[cursor:position])
-        new_position = hunk.new_start if hunk.new_len == 0 else hunk.new_start - 1
-        if new_position != len(out):
-            raise HunkError(
-                f"hunk {hunk.number}: header puts the new text at line {hunk.new_start}, the patched file has it at {len(out) + 1}"
-            )
-        expected = [body for tag, body in hunk.lines if tag != "+"]
-        found = original[position : position + len(expected)]
-        if found != expected:
-            bad = next((i for i, (e, f) in enumerate(zip(expected, found)) if e != f), min(len(expected), len(found)))
-            wanted = expected[bad] if bad < len(expected) else "<end>"
-            got = found[bad] if bad < len(found) else "<end of file>"
-            raise HunkError(f"hunk {hunk.number}: line {position + bad + 1} expected {wanted!r}, found {got!r}")
-        out.extend(body for tag, body in hunk.lines if tag != "-")
-        cursor = position + len(expected)
-    out.extend(original[cursor:])
-    return "".join(out).encode("utf-8")
-
-
-def unified_diff(old: bytes, new: bytes, target: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            old.decode("utf-8").splitlines(keepends=True),
-            new.decode("utf-8").splitlines(keepends=True),
-            fromfile=f"a/{target}",
-            tofile=f"b/{target}",
-        )
-    )
+# ---------------------------------------------------------------- rendering
 
 
 def render_patch(manifest: Manifest, spec: PatchSpec, values: Mapping[str, Any], pristine_sha: Optional[str] = None) -> str:
@@ -625,24 +277,6 @@ def read_state(state_dir: Path) -> dict[str, Any]:
     if state.get("schema") != STATE_SCHEMA or not isinstance(state.get("patches"), dict):
         raise StateError(f"patch state {path}: expected schema {STATE_SCHEMA} with a `patches` mapping, found {state!r:.200}")
     return state
-
-
-def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
-    """Write through a temp file in the same directory, then os.replace; keeps `mode` (or the old file's mode)."""
-    if mode is None:
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _write_state(state_dir: Path, state: dict[str, Any]) -> None:

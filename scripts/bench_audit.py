@@ -24,8 +24,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "module_utils"))
 
+from patch_manifest import load_manifest  # noqa: E402
 from sglang_audit import audit  # noqa: E402
-from sglang_patches import apply, load_manifest, revert  # noqa: E402
+from sglang_patches import apply, revert  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang"
 GOAL_S = 2.0

@@ -19,7 +19,9 @@ import yaml
 
 from conftest import DATA, ROOT
 from import_check import check_imports, failure_message, module_name
-from sglang_patches import LintError, apply, load_manifest
+from patch_errors import LintError
+from patch_manifest import load_manifest
+from sglang_patches import apply
 
 PATCHES = ROOT / "files" / "patches"
 OLD_SYMM_TEMPLATE = DATA / "patches" / "torch_symm_mem_sm120.old-mib.diff.j2"

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from patch_manifest import load_manifest
 from sglang_audit import audit
-from sglang_patches import apply, load_manifest, revert
+from sglang_patches import apply, revert
 
 KIMI = "KimiK25ForConditionalGeneration"
 

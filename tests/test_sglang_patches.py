@@ -16,32 +16,22 @@ from typing import Any
 import pytest
 import yaml
 
+from atomic_files import sha256_bytes
 from conftest import ROOT
-from sglang_patches import (
+from patch_errors import (
     DriftError,
     HunkError,
     LintError,
-    Manifest,
     ManifestError,
-    SglangPackageError,
     SglangPatchError,
     StateError,
     UnsupportedVersionError,
     UsageError,
-    apply,
-    apply_diff,
-    default_state_dir,
-    find_sglang,
-    load_manifest,
-    parse_unified_diff,
-    pristine_sources,
-    prove_rendered,
-    render_selected,
-    revert,
-    sglang_version,
-    sha256_bytes,
-    status,
 )
+from patch_manifest import Manifest, load_manifest
+from sglang_patches import apply, default_state_dir, pristine_sources, prove_rendered, render_selected, revert, status
+from sglang_venv import SglangPackageError, find_sglang, sglang_version
+from unified_diff import apply_diff, parse_unified_diff
 
 PATCHES = ROOT / "files" / "patches"
 OLD_SYMM_TEMPLATE = ROOT / "tests" / "data" / "patches" / "torch_symm_mem_sm120.old-mib.diff.j2"
@@ -543,7 +533,7 @@ def test_find_sglang_says_what_is_wrong(tmp_path: Path, setup: Any, message: str
 
 
 def test_versions_compare_as_versions() -> None:
-    from sglang_patches import version_in_range, version_key
+    from patch_manifest import version_in_range, version_key
 
     assert sorted(["0.5.10", "0.5.9", "0.5.13.post1", "0.5.13", "0.5.10.post1"], key=version_key) == [
         "0.5.9",
