@@ -146,6 +146,10 @@ plan:
       type: list
       elements: str
       sample: [kimi_k25_eagle3_delegation, torch_symm_mem_capability]
+    manifest_sha256:
+      description: sha256 of the patch manifest the ids were planned from (canonical JSON); empty when O(patches) was given.
+      type: str
+      sample: 3f1c0d9e2b7a4c5d6e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d
     sglang_version:
       description: The SGLang version checked against.
       type: str
@@ -170,7 +174,7 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, planned_patches
+from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, manifest_digest, planned_patches
 from ansible.module_utils.server_flags import FlagError
 
 
@@ -220,7 +224,7 @@ def main() -> None:
         )
     except (LaunchPlanError, FlagError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, plan=plan.to_dict())
+    module.exit_json(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])})
 
 
 if __name__ == "__main__":

@@ -103,6 +103,13 @@ def planned_patches(manifest: Mapping[str, Any], only: Optional[Sequence[str]]) 
     return [str(entry["id"]) for entry in entries if isinstance(entry, Mapping) and entry.get("default")]
 
 
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 of the parsed patch manifest as canonical JSON ("" for none): part of a release's key."""
+    if not manifest:
+        return ""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def make_plan(
     sglang: str | Path,
     *,

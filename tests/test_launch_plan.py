@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from launch_plan import LaunchPlanError, make_plan, merge_env, merge_flags, planned_patches
+from launch_plan import LaunchPlanError, make_plan, manifest_digest, merge_env, merge_flags, planned_patches
 from sglang_compat import render_profile
 
 from conftest import CACHE, ROOT
@@ -72,6 +72,18 @@ def test_planned_patches_are_the_manifests_defaults_or_the_selection() -> None:
     assert planned_patches(MANIFEST, [one, one]) == [one]
     with pytest.raises(LaunchPlanError, match="sglang_patches_only names no_such_patch"):
         planned_patches(MANIFEST, ["no_such_patch"])
+
+
+def test_manifest_digest_follows_content_not_key_order() -> None:
+    digest = manifest_digest(MANIFEST)
+    assert len(digest) == 64
+    assert manifest_digest(dict(reversed(list(MANIFEST.items())))) == digest
+    changed = {
+        **MANIFEST,
+        "patches": [{**MANIFEST["patches"][0], "default": not MANIFEST["patches"][0].get("default")}, *MANIFEST["patches"][1:]],
+    }
+    assert manifest_digest(changed) != digest
+    assert manifest_digest({}) == ""
 
 
 def test_plan_of_the_production_eagle3_profile_on_real_0_5_9() -> None:
