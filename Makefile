@@ -9,7 +9,7 @@ INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
 ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # Longest first, dealt to two parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
-SCENARIO_ORDER := service ssh rollback upgrade build patches default cuda_apt
+SCENARIO_ORDER := service ssh upgrade build patches default cuda_apt
 SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 
