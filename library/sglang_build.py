@@ -8,6 +8,9 @@ module: sglang_build
 short_description: Build one artifact of the SM120 build pipeline into the host wheelhouse
 description:
   - Thin wrapper around module_utils/build_pipeline.py.
+  - C(state=cached) looks once at the build root for the whole plan (O(items)) - it makes the root's
+    directories when missing (the only change it makes, never in check mode) and returns the
+    cached record of every item whose verified build is there, and the names of the others.
   - C(state=started) starts the build detached (its own session) unless a verified build of the
     same key is cached (changed=false) or a build of it exists already. It re-attaches to a build
     a previous run left behind (recorded in work/<name>-<key12>/job.json by pid, process start
@@ -25,17 +28,21 @@ description:
     which. A failure removes the work directory and fails with the log's tail.
 options:
   item:
-    description: One entry of sglang_build_plan's C(plan).
+    description: One entry of sglang_build_plan's C(plan); required unless O(state=cached).
     type: dict
-    required: true
+  items:
+    description: Every entry of sglang_build_plan's C(plan), for O(state=cached).
+    type: list
+    elements: dict
+    default: []
   root:
     description: Build root on the host (wheelhouse/, work/, logs/).
     type: path
     required: true
   state:
-    description: started or finished.
+    description: started, finished, or cached (what of the whole plan is already built).
     type: str
-    choices: [started, finished]
+    choices: [started, finished, cached]
     default: started
   staged:
     description: Host directory holding the copied controller-side source (path and wheelhouse sources).
@@ -100,6 +107,28 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+artifacts:
+  description: For C(state=cached), the cache record of every item already built and verified, by name.
+  type: dict
+  returned: state=cached
+  sample: {sglang: {key: 9b2f0c1d, package: sglang, wheels: [{wheel: sglang-0.5.9-py3-none-any.whl, sha256: 5e3a}]}}
+missing:
+  description: For C(state=cached), the names of the items not cached, in plan order (they are built next).
+  type: list
+  elements: str
+  returned: state=cached
+  sample: [flashinfer_python]
+created:
+  description: For C(state=cached), the build root's directories that were missing (made unless in check mode).
+  type: list
+  elements: str
+  returned: state=cached
+  sample: [/opt/sglang/build/wheelhouse]
+cuobjdump:
+  description: For C(state=cached), O(cuobjdump) when it exists on the host, else empty.
+  type: str
+  returned: state=cached
+  sample: /usr/local/cuda-13.0/bin/cuobjdump
 status:
   description:
     - cached, running, ended, started, would-build (check mode) for C(started);
@@ -161,16 +190,19 @@ artifact:
     pins: []
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.build_pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, wait
+from ansible.module_utils.build_pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            item=dict(type="dict", required=True),
+            item=dict(type="dict"),
+            items=dict(type="list", elements="dict", default=[]),
             root=dict(type="path", required=True),
-            state=dict(type="str", choices=["started", "finished"], default="started"),
+            state=dict(type="str", choices=["started", "finished", "cached"], default="started"),
             staged=dict(type="path"),
             prebuilt_staged=dict(type="path"),
             pip_args=dict(type="list", elements="str", default=[]),
@@ -182,9 +214,14 @@ def main() -> None:
             cuobjdump=dict(type="path"),
             wait_seconds=dict(type="float", default=30),
         ),
+        required_if=[("state", "started", ("item",)), ("state", "finished", ("item",))],
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "cached":
+        result = survey(p["root"], p["items"], create=not module.check_mode)
+        cuobjdump = p["cuobjdump"] if p["cuobjdump"] and os.path.exists(p["cuobjdump"]) else ""
+        module.exit_json(changed=bool(result["created"]), cuobjdump=cuobjdump, **result)
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
     try:
         if p["state"] == "started":

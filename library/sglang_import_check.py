@@ -35,6 +35,17 @@ options:
     description: Seconds allowed for all the imports together.
     type: int
     default: 600
+  sglang_dir:
+    description: The C(sglang/) package directory the O(targets) are in; needed with O(stamp).
+    type: path
+  stamp:
+    description:
+      - A file recording a successful check with the key of what decided it (the interpreter, the
+        modules, the environment, the bytes of every target, what is installed beside sglang).
+      - When the key is unchanged the imports are not run again (C(cached=true)); a converge that
+        changed nothing does not pay tens of seconds of imports. Written after a successful check,
+        never in check mode.
+    type: path
 attributes:
   check_mode:
     description: Imports only (no bytecode written); a check-mode run imports and fails exactly as a real run does.
@@ -53,6 +64,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cached:
+  description: Whether the outcome was read from O(stamp) instead of importing again.
+  type: bool
+  returned: always
+  sample: false
 imports:
   description: Per module, whether it imported and, if not, its error and traceback.
   type: list
@@ -70,7 +86,15 @@ imports:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.import_check import ImportCheckError, check_imports, failure_message, module_name
+from ansible.module_utils.import_check import (
+    ImportCheckError,
+    check_imports,
+    failure_message,
+    module_name,
+    proof_key,
+    read_proof,
+    write_proof,
+)
 
 
 def main() -> None:
@@ -81,19 +105,31 @@ def main() -> None:
             modules=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
             timeout=dict(type="int", default=600),
+            sglang_dir=dict(type="path"),
+            stamp=dict(type="path"),
         ),
+        required_by={"stamp": ("sglang_dir",)},
         supports_check_mode=True,
     )
     p = module.params
+    env = {k: str(v) for k, v in p["environment"].items()}
+    key = None
     try:
         names = [module_name(t) for t in p["targets"]] + list(p["modules"])
-        outcomes = check_imports(p["python"], names, {k: str(v) for k, v in p["environment"].items()}, p["timeout"])
-    except (ValueError, ImportCheckError) as exc:
-        module.fail_json(msg=str(exc), imports=[])
+        if p["stamp"]:
+            key = proof_key(p["python"], names, env, p["sglang_dir"], p["targets"])
+            proven = read_proof(p["stamp"], key)
+            if proven is not None:
+                module.exit_json(changed=False, cached=True, imports=[o.to_dict() for o in proven])
+        outcomes = check_imports(p["python"], names, env, p["timeout"])
+    except (OSError, ValueError, ImportCheckError) as exc:
+        module.fail_json(msg=str(exc), imports=[], cached=False)
     imports = [o.to_dict() for o in outcomes]
     if not all(o.ok for o in outcomes):
-        module.fail_json(msg=failure_message(p["python"], outcomes), imports=imports)
-    module.exit_json(changed=False, imports=imports)
+        module.fail_json(msg=failure_message(p["python"], outcomes), imports=imports, cached=False)
+    if key and outcomes and not module.check_mode:
+        write_proof(p["stamp"], key, outcomes)
+    module.exit_json(changed=False, cached=False, imports=imports)
 
 
 if __name__ == "__main__":

@@ -684,6 +684,29 @@ def cached(root: str | os.PathLike[str], name: str, key: str) -> Optional[dict[s
     return data
 
 
+BUILD_DIRS = ("wheelhouse", "work", "logs", "src")
+
+
+def survey(root: str | os.PathLike[str], items: Sequence[Mapping[str, Any]], create: bool = True) -> dict[str, Any]:
+    """One look at the host's build root for the whole plan: its directories (made when missing and
+    ``create``), the record of every item whose verified build is cached, and the names of the rest,
+    in plan order. A converge that builds nothing reads the cache here, once, instead of per artifact."""
+    base = Path(root)
+    missing_dirs = [str(base / sub) for sub in BUILD_DIRS if not (base / sub).is_dir()]
+    if create:
+        for path in missing_dirs:
+            Path(path).mkdir(mode=0o755, parents=True, exist_ok=True)
+    artifacts: dict[str, Any] = {}
+    missing: list[str] = []
+    for item in items:
+        record = cached(root, item["name"], item["key"])
+        if record is None:
+            missing.append(item["name"])
+        else:
+            artifacts[item["name"]] = record
+    return {"created": missing_dirs, "artifacts": artifacts, "missing": missing}
+
+
 def work_dir(root: str | os.PathLike[str], name: str, key: str) -> Path:
     return Path(root) / "work" / f"{name}-{key[:12]}"
 

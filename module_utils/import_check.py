@@ -8,11 +8,14 @@ with. Only the standard library is used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 SENTINEL = "@@sglang-import-check@@"
@@ -106,3 +109,52 @@ def failure_message(python: str, outcomes: Iterable[ImportOutcome], lines: int =
     failed = [o for o in outcomes if not o.ok]
     parts = [f"{o.module} does not import with {python}: {o.error}\n{tail(o.traceback, lines)}" for o in failed]
     return "\n".join(parts)
+
+
+def proof_key(python: str, names: Sequence[str], env: Mapping[str, str], sglang_dir: str | os.PathLike[str], targets: Sequence[str]) -> str:
+    """A key over what decides the outcome: the interpreter, the modules, the environment, the bytes of
+    every target file, and what is installed beside sglang (the site-packages' entries and .pth files,
+    and the entries of every directory a .pth adds). A release venv changes only through these."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"python": os.path.realpath(python), "names": list(names), "env": dict(env)}, sort_keys=True).encode())
+    root = Path(sglang_dir)
+    for target in targets:
+        digest.update(f"\0{target}\0".encode())
+        digest.update((root / target.strip("/")).read_bytes())
+    site = root.parent
+    extra: list[Path] = []
+    for entry in sorted(os.listdir(site)):
+        digest.update(f"\0{entry}".encode())
+        if entry.endswith(".pth"):
+            text = (site / entry).read_text(encoding="utf-8", errors="replace")
+            digest.update(text.encode())
+            extra += [Path(line.strip()) for line in text.splitlines() if line.strip().startswith("/")]
+    for directory in extra:
+        if directory.is_dir():
+            digest.update(f"\0{directory}:{','.join(sorted(os.listdir(directory)))}".encode())
+    return digest.hexdigest()
+
+
+def read_proof(stamp: str | os.PathLike[str], key: str) -> Optional[list[ImportOutcome]]:
+    """The outcomes recorded under ``key`` by an earlier successful check, or None."""
+    try:
+        data = json.loads(Path(stamp).read_text(encoding="utf-8"))
+        if data.get("key") != key:
+            return None
+        outcomes = [ImportOutcome(**item) for item in data["imports"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return outcomes if outcomes and all(o.ok for o in outcomes) else None
+
+
+def write_proof(stamp: str | os.PathLike[str], key: str, outcomes: Sequence[ImportOutcome]) -> None:
+    """Record a successful check atomically; a failure to write only costs the next check."""
+    path = Path(stamp)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"key": key, "imports": [o.to_dict() for o in outcomes]}, handle)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        pass

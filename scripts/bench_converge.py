@@ -5,8 +5,11 @@ converge (changed=0) through OpenSSH and through paramiko_ssh, and the time per 
 Runs playbooks/site.yml against inventory/lab as `make deploy` does. The lab container is
 recreated first (scripts/lab.sh down/up), so the first converge starts from an empty host; the
 controller's caches (wheelhouse, SGLang wheels, facts aside) are kept, as they are for an operator.
-Each no-op converge runs twice per connection, alternating, and the mean is reported. Writes the
-figures to $SGLANG_TOOLKIT_CACHE/bench/converge.json too.
+Each no-op converge runs twice per connection, alternating, and the mean is reported. Then the
+README's path: plain `ansible-playbook -i inventory/lab playbooks/site.yml` from the checkout, without
+make's environment (no SGLANG_TOOLKIT_CACHE, no ANSIBLE_CONFIG), must report changed=0 after the
+`make`-driven converges (keys hash content, never controller paths). Writes the figures to
+$SGLANG_TOOLKIT_CACHE/bench/converge.json too.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 ROLE_LINE = re.compile(r"^(\S[^\n]*?)\s-{2,}\s+([0-9.]+)s$", re.M)
 
 
-def converge(label: str, connection: str | None = None) -> dict:
+def converge(label: str, connection: str | None = None, plain: bool = False) -> dict:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles"}
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK)]
+    if plain:
+        # As the README says after `make deploy`: relative paths from the checkout, none of make's variables.
+        env = {k: v for k, v in env.items() if k not in ("SGLANG_TOOLKIT_CACHE", "ANSIBLE_CONFIG")}
+        argv = ["ansible-playbook", "-i", "inventory/lab", "playbooks/site.yml"]
     if connection == "ansible.builtin.paramiko_ssh":
         # paramiko reads ~/.ssh/known_hosts only: a HOME whose known_hosts holds the lab's key.
         home = CACHE / "bench" / "paramiko-home"
@@ -69,6 +76,12 @@ def main() -> int:
         dirty = [r for r in results if r["changed"]]
         if dirty:
             raise SystemExit(f"bench: a no-op converge through {connection} reported changed={dirty[0]['changed']}: not idempotent")
+    plain = converge("plain ansible-playbook after make, OpenSSH", plain=True)
+    if plain["changed"]:
+        raise SystemExit(
+            f"bench: plain ansible-playbook after the make-driven converges reported changed={plain['changed']}: "
+            "a key depends on the controller's environment"
+        )
     ssh = sum(r["wall_s"] for r in runs["ansible.builtin.ssh"]) / 2
     paramiko = sum(r["wall_s"] for r in runs["ansible.builtin.paramiko_ssh"]) / 2
     roles: dict[str, float] = {}
@@ -82,8 +95,9 @@ def main() -> int:
         "noop_paramiko_s": round(paramiko, 2),
         "noop_over_first": round(ssh / first["wall_s"], 3),
         "paramiko_over_ssh": round(paramiko / ssh, 3),
+        "plain_ansible_playbook_changed": plain["changed"],
         "noop_roles_ssh_s": {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda kv: -kv[1])},
-        "runs": [first, *runs["ansible.builtin.ssh"], *runs["ansible.builtin.paramiko_ssh"]],
+        "runs": [first, *runs["ansible.builtin.ssh"], *runs["ansible.builtin.paramiko_ssh"], plain],
     }
     out = CACHE / "bench" / "converge.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +109,7 @@ def main() -> int:
     print(f"  no-op converge, paramiko_ssh (mean of 2)  {paramiko:7.1f} s   changed=0")
     print(f"  ratio no-op / first                       {ssh / first['wall_s']:7.2f}")
     print(f"  ratio paramiko_ssh / OpenSSH (no-op)      {paramiko / ssh:7.2f}")
+    print(f"  plain ansible-playbook after make         {plain['wall_s']:7.1f} s   changed={plain['changed']}")
     print("  time per role, no-op converge over OpenSSH (profile_roles, mean of 2):")
     for name, sec in figures["noop_roles_ssh_s"].items():
         print(f"    {name:<40} {sec:6.2f} s")

@@ -23,6 +23,7 @@ from build_pipeline import (
     derive_jobs,
     plan,
     start,
+    survey,
     verify_wheel,
     wait,
     work_dir,
@@ -190,6 +191,21 @@ def test_build_caches_verified_wheels_and_reuses_them(cuda_home: Path, tmp_path:
     assert not work_dir(tmp_path, "base", item["key"]).exists()
     again = run_build(item, tmp_path, cuda_home)
     assert again["status"] == "cached" and again["artifact"] == first["artifact"]
+
+
+def test_survey_reads_the_whole_plan_once_and_finds_what_changed(cuda_home: Path, tmp_path: Path) -> None:
+    planned = [p.to_dict() for p in plan([probe("base"), probe("solo")], CONTEXT)]
+    root = tmp_path / "build"
+    looked = survey(root, planned, create=False)
+    assert looked["missing"] == ["base", "solo"] and looked["artifacts"] == {} and len(looked["created"]) == 4
+    assert not root.exists(), "check mode makes nothing"
+    assert survey(root, planned)["created"] and sorted(p.name for p in root.iterdir()) == ["logs", "src", "wheelhouse", "work"]
+    built = run_build(planned[0], root, cuda_home)
+    looked = survey(root, planned)
+    assert looked == {"created": [], "artifacts": {"base": built["artifact"]}, "missing": ["solo"]}
+    wheel = root / "wheelhouse" / "base" / planned[0]["key"] / built["artifact"]["wheels"][0]["wheel"]
+    wheel.write_bytes(wheel.read_bytes() + b"tampered")
+    assert survey(root, planned)["missing"] == ["base", "solo"], "a cached wheel whose sha256 changed is not cached"
 
 
 def test_dependent_build_sees_its_dependency(cuda_home: Path, tmp_path: Path) -> None:

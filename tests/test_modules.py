@@ -282,3 +282,36 @@ def test_import_check_module_reports_the_traceback_tail(tmp_path):
     assert first == f"sglang.srt.models.bad does not import with {sys.executable}: NameError: name 'MiB' is not defined"
     assert 0 < len(trace) <= 15 and trace[-1] == "NameError: name 'MiB' is not defined"
     assert f'File "{pkg / "bad.py"}", line 3, in <module>' in failed["msg"]
+
+
+def test_import_check_is_not_run_again_for_the_same_files_and_packages(tmp_path):
+    site = tmp_path / "site-packages"
+    pkg = site / "sglang" / "srt" / "models"
+    pkg.mkdir(parents=True)
+    for init in (site / "sglang", site / "sglang" / "srt", pkg):
+        (init / "__init__.py").write_text("")
+    target = pkg / "probe.py"
+    marker = tmp_path / "imported"
+    # The module leaves a mark each time it is really imported.
+    target.write_text(f"open({str(marker)!r}, 'a').write('x')\n")
+    stamp = tmp_path / "import-check.json"
+    args = {
+        "python": sys.executable,
+        "environment": {"PYTHONPATH": str(site)},
+        "targets": ["srt/models/probe.py"],
+        "sglang_dir": str(site / "sglang"),
+        "stamp": str(stamp),
+    }
+    first = run_module("sglang_import_check", args)
+    assert not first.get("failed") and first["cached"] is False and marker.read_text() == "x"
+    again = run_module("sglang_import_check", args)
+    assert again["cached"] is True and again["imports"] == first["imports"] and marker.read_text() == "x"
+
+    (site / "newpkg-1.0.dist-info").mkdir()  # something installed beside sglang: checked again
+    assert run_module("sglang_import_check", args)["cached"] is False and marker.read_text() == "xx"
+    assert run_module("sglang_import_check", args)["cached"] is True
+
+    target.write_text(target.read_text() + "BROKEN = MiB\n")  # the target changed: checked again, and fails
+    broken = run_module("sglang_import_check", args)
+    assert broken["failed"] and broken["cached"] is False and "NameError: name 'MiB' is not defined" in broken["msg"]
+    assert run_module("sglang_import_check", args)["failed"], "a failed check is never recorded as proven"
