@@ -30,6 +30,13 @@ options:
     description: Fail when a required method is missing (false only reports, e.g. after a revert).
     type: bool
     default: true
+  stamp:
+    description:
+      - A file recording an audit that passed, with the key of what decided it (the class or model
+        config, the algorithm, the auditor's own source, every file of the sglang package by path,
+        size and mtime). While the key holds the audit is not run again (C(cached=true)).
+      - Only for an unpacked O(sglang) directory; written after a passed audit, never in check mode.
+    type: path
 attributes:
   check_mode:
     description: Reads the SGLang source only; a check-mode run audits and fails exactly as a real run does.
@@ -48,6 +55,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cached:
+  description: Whether the report was read from O(stamp) instead of auditing again.
+  type: bool
+  returned: success
+  sample: false
 audit:
   description: The audit of the model class against the algorithm's calls.
   type: dict
@@ -110,8 +122,10 @@ audit:
       sample: {}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_audit import SglangAuditError, audit
+from ansible.module_utils.sglang_audit import SglangAuditError, audit, audit_key, read_audit_proof, write_audit_proof
 
 
 def main() -> None:
@@ -122,15 +136,22 @@ def main() -> None:
             model_dir=dict(type="path"),
             algorithm=dict(type="str", default="EAGLE3"),
             fail_on_missing=dict(type="bool", default=True),
+            stamp=dict(type="path"),
         ),
         required_one_of=[("model_class", "model_dir")],
         mutually_exclusive=[("model_class", "model_dir")],
         supports_check_mode=True,
     )
     p = module.params
+    key = ""
     try:
+        if p["stamp"] and os.path.isdir(p["sglang"]):
+            key = audit_key(p["sglang"], p["model_class"], p["algorithm"], p["model_dir"])
+            proven = read_audit_proof(p["stamp"], key)
+            if proven is not None:
+                module.exit_json(changed=False, cached=True, audit=proven)
         result = audit(p["sglang"], p["model_class"], p["algorithm"], model_dir=p["model_dir"])
-    except SglangAuditError as exc:
+    except (SglangAuditError, OSError) as exc:
         module.fail_json(msg=str(exc))
     report = result.to_dict()
     if not result.ok and p["fail_on_missing"]:
@@ -138,8 +159,11 @@ def main() -> None:
         module.fail_json(
             msg=f"SGLang {result.sglang_version}: {result.model_class} lacks what {result.algorithm} calls on the target model: {sites}",
             audit=report,
+            cached=False,
         )
-    module.exit_json(changed=False, audit=report)
+    if key and result.ok and not module.check_mode:
+        write_audit_proof(p["stamp"], key, report)
+    module.exit_json(changed=False, cached=False, audit=report)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ pipeline (``elf_needed``, ``cudart_major``). GPU code inside compiled objects is
   a repository's package index cannot give exactly that release.
 * ``openpgp_fingerprints`` reads the primary key fingerprints of an OpenPGP key (armored or
   binary), so a repository key is checked against the fingerprint recorded for it.
+* ``probe_key`` / ``read_probe`` / ``write_probe``: a probe kernel compiled for an SM is recorded
+  with the key of what decides it (nvcc's version text, the compiler binaries' size, mtime and
+  inode, the target, the probe source), so a converge that changed nothing does not compile again.
 """
 
 from __future__ import annotations
@@ -375,3 +378,44 @@ def openpgp_fingerprints(data: bytes) -> list[str]:
     if not found:
         raise CudaToolkitError("no OpenPGP public key found")
     return found
+
+
+# What nvcc runs to turn a .cu into an object with machine code: a change of any of them changes the outcome.
+COMPILER_PARTS = ("bin/nvcc", "bin/ptxas", "bin/fatbinary", "bin/nvlink", "nvvm/bin/cicc", "bin/cudafe++")
+
+
+def probe_key(cuda_home: str, code: str, nvcc_version: str, probe_source: str) -> str:
+    """Key of a probe compile: the target, the probe, what nvcc says it is, and each compiler part's stat."""
+    parts = []
+    for rel in COMPILER_PARTS:
+        try:
+            st = os.stat(os.path.join(cuda_home, rel))
+            parts.append([rel, st.st_size, st.st_mtime_ns, st.st_ino])
+        except OSError:
+            parts.append([rel, None])
+    blob = json.dumps({"home": os.path.realpath(cuda_home), "code": code, "nvcc": nvcc_version, "probe": probe_source, "parts": parts})
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def read_probe(stamp: str, key: str) -> list[str] | None:
+    """The GPU targets recorded for ``key`` by an earlier successful probe, or None."""
+    try:
+        with open(stamp, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("targets"), list):
+        return None
+    return [str(t) for t in data["targets"]]
+
+
+def write_probe(stamp: str, key: str, targets: list[str]) -> None:
+    """Record a successful probe atomically; a failure to write only costs the next compile."""
+    try:
+        os.makedirs(os.path.dirname(stamp) or ".", mode=0o755, exist_ok=True)
+        tmp = f"{stamp}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"key": key, "targets": targets}, handle)
+        os.replace(tmp, stamp)
+    except OSError:
+        pass

@@ -1163,3 +1163,47 @@ def format_table(result: AuditResult) -> str:
         lines.append(f"  conditional {item.name:<36} {'present' if item.present else 'absent ':<8} when {item.feature}")
     lines.append(f"  guarded: {', '.join(result.guarded) or '-'}")
     return "\n".join(lines)
+
+
+def audit_key(sglang_dir: str | Path, model_class: Optional[str], algorithm: str, model_dir: Optional[str] = None) -> str:
+    """Key of an audit of an unpacked sglang package: the question asked (class or model config,
+    algorithm), this auditor's own source, and every file of the package by path, size and mtime.
+    A release venv's sglang changes only through a patch or an install, which change these."""
+    import hashlib
+    import inspect
+    import sys
+
+    digest = hashlib.sha256()
+    config = (Path(model_dir) / "config.json").read_bytes() if model_dir else b""
+    own = inspect.getsource(sys.modules[__name__])
+    digest.update(json.dumps({"class": model_class, "algorithm": algorithm, "config": config.hex(), "auditor": own}).encode())
+    root = Path(sglang_dir)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            digest.update(f"\0{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def read_audit_proof(stamp: str | Path, key: str) -> Optional[dict]:
+    """The report of an earlier audit that passed with this key, or None."""
+    try:
+        data = json.loads(Path(stamp).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("audit"), dict) or not data["audit"].get("ok"):
+        return None
+    return data["audit"]
+
+
+def write_audit_proof(stamp: str | Path, key: str, report: dict) -> None:
+    """Record a passed audit atomically; a failure to write only costs the next audit."""
+    path = Path(stamp)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps({"key": key, "audit": report}), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -95,6 +95,32 @@ def test_cuda_verify_accepts_the_real_toolkit(cuda_home):
     assert result["targets"] == ["sm_120"] and result["changed"] is False
 
 
+def test_cuda_verify_records_the_probe_and_compiles_again_when_the_compiler_changes(cuda_home, tmp_path):
+    # The wheels toolkit is links into its site directory: the same links beside a link to that site.
+    (tmp_path / "site").symlink_to((cuda_home.parent / "site").resolve())
+    home = tmp_path / "toolkit"
+    shutil.copytree(cuda_home, home, symlinks=True)
+    stamp = tmp_path / "state" / "probe.json"
+    args = {"cuda_home": str(home), "release": "13.0", "build": "V13.0.88", "version": "13.0.1", "stamp": str(stamp)}
+    first = run_module("cuda_toolkit_verify", args)
+    assert not first.get("failed"), first.get("msg")
+    assert first["probe_cached"] is False and first["targets"] == ["sm_120"] and stamp.is_file()
+    again = run_module("cuda_toolkit_verify", args)
+    assert again["probe_cached"] is True and again["targets"] == ["sm_120"] and again["nvcc_build"] == "V13.0.88"
+    assert run_module("cuda_toolkit_verify", {**args, "arch": "12.0a"})["probe_cached"] is False, "another target compiles again"
+    assert run_module("cuda_toolkit_verify", args)["probe_cached"] is False, "the stamp now holds sm_120a's probe"
+    real_bin = (cuda_home / "bin").resolve()
+    (home / "bin").unlink()
+    (home / "bin").mkdir()
+    for part in real_bin.iterdir():
+        (home / "bin" / part.name).symlink_to(part)
+    assert run_module("cuda_toolkit_verify", args)["probe_cached"] is True, "the same compiler files, linked anew"
+    (home / "bin" / "ptxas").unlink()
+    shutil.copy2(real_bin / "ptxas", home / "bin" / "ptxas")  # same bytes, another file: a reinstalled compiler part
+    assert run_module("cuda_toolkit_verify", args)["probe_cached"] is False
+    assert run_module("cuda_toolkit_verify", {**args, "version": "13.0.2"})["failed"], "the version check runs even with a recorded probe"
+
+
 def test_cuda_verify_names_the_build_it_found(cuda_home):
     result = run_module("cuda_toolkit_verify", {"cuda_home": str(cuda_home), "release": "13.0", "build": "V13.0.96"})
     assert result["failed"]
@@ -315,3 +341,21 @@ def test_import_check_is_not_run_again_for_the_same_files_and_packages(tmp_path)
     broken = run_module("sglang_import_check", args)
     assert broken["failed"] and broken["cached"] is False and "NameError: name 'MiB' is not defined" in broken["msg"]
     assert run_module("sglang_import_check", args)["failed"], "a failed check is never recorded as proven"
+
+
+def test_audit_module_records_a_passed_audit_and_audits_again_when_sglang_changes(tmp_path):
+    sglang = sglang_tree(tmp_path)
+    stamp = tmp_path / "audit.json"
+    args = {"sglang": str(sglang), "model_class": "KimiK25ForConditionalGeneration", "stamp": str(stamp)}
+    missing = run_module("sglang_audit", args)
+    assert missing["failed"] and missing["cached"] is False and not stamp.exists(), "a failed audit is never recorded"
+    assert run_module("sglang_patch", patch_args(sglang))["changed"] is True
+    first = run_module("sglang_audit", args)
+    assert not first.get("failed") and first["cached"] is False and stamp.is_file()
+    again = run_module("sglang_audit", args)
+    assert again["cached"] is True and again["audit"] == first["audit"]
+    assert run_module("sglang_audit", {**args, "algorithm": "EAGLE"})["cached"] is False, "another question is audited again"
+    assert run_module("sglang_audit", args)["cached"] is False
+    assert run_module("sglang_patch", patch_args(sglang, state="absent"))["changed"] is True
+    reverted = run_module("sglang_audit", args)
+    assert reverted["failed"] and reverted["cached"] is False, "the reverted package is audited again and fails"
