@@ -104,7 +104,8 @@ figures:
       c1: {ok: true, problem: "", tool: bench_serving, profile: eagle3, concurrency: 1, output_len: 512, requests: 16, completed: 16,
            failed: 0, duration_s: 78.6, output_tokens: 8192, output_tok_s: 104.22, request_per_s: 0.204,
            ttft_ms: {mean: 430.5, p50: 421.0, p99: 512.3}, itl_ms: {mean: 9.52, p50: 9.1, p99: 14.8},
-           latency_ms: {mean: 4912.0, p50: 4890.0, p99: 5230.0}, accept_length: 2.91, accept_source: server, errors: []}
+           latency_ms: {mean: 4912.0, p50: 4890.0, p99: 5230.0}, accept_length: 2.91,
+           accept_source: "server counters, reset before the run (bench_serving's warm-up request included)", accept_note: "", errors: []}
 verdict:
   description: Which profile is faster and by how much; C(status) pass, warn, fail, off or not-compared.
   type: dict

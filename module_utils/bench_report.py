@@ -7,14 +7,21 @@ on recorded timings.
 A *run* is one benchmark of one profile at one concurrency, whichever client measured it::
 
     {"tool": "toolkit-client" | "bench_serving", "profile": "eagle3", "concurrency": 1,
-     "output_len": 64, "duration_s": 12.3, "accept_length": 2.4 | None, "accept_source": "...",
+     "output_len": 64, "duration_s": 12.3,
+     "accept_length": 2.4 | None,  # None: accept_note says why (no speculation, run too short)
+     "accept_source": "...", "accept_note": "",  # the method that measured it; why there is no number
      "requests": [{"ok": true, "ttft_s": 0.05, "itl_s": [0.011, ...], "latency_s": 0.9,
-                   "output_tokens": 64, "error": ""}, ...],
+                   "output_tokens": 64, "error": "",
+                   "completion_tokens": 64, "spec_verify_ct": 26 | None}, ...],  # toolkit client only
      "error": ""}            # set when the run as a whole failed (client crashed, server gone)
 
 ``summarize`` turns a run into figures with the same definitions as SGLang's bench_serving
 (TTFT = first streamed chunk with text; ITL = gap between chunks divided by the tokens the chunk
-added; output tok/s = output tokens / wall time of the run).
+added; output tok/s = output tokens / wall time of the run). The accept length is measured per
+run, never from the server's lifetime counters: by the toolkit client from its own requests
+(completion_tokens / spec_verify_ct, bench_client.requests_accept_length), by bench_serving from the
+server's counters, which the role zeroes before each bench_serving run (bench_client
+--reset-accept-counters).
 """
 
 from __future__ import annotations
@@ -23,13 +30,17 @@ import html
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
+
+try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.server_evidence)
+    from ansible.module_utils import server_evidence  # type: ignore[import-not-found]
+except ImportError:  # plain Python: module_utils/ is on sys.path
+    import server_evidence  # type: ignore[no-redef]
 
 GATES = ("warn", "fail", "off")
 TOOLS = ("toolkit-client", "bench_serving")
@@ -97,6 +108,7 @@ def summarize(run: Mapping[str, Any]) -> dict[str, Any]:
         problem = f"duration_s must be positive, found {run.get('duration_s')!r}"
     measured = bool(done) and duration > 0
     accept = run.get("accept_length")
+    accept = round(float(accept), 3) if isinstance(accept, (int, float)) and not isinstance(accept, bool) and accept > 0 else None
     return {
         "ok": not problem,
         "problem": problem,
@@ -114,14 +126,24 @@ def summarize(run: Mapping[str, Any]) -> dict[str, Any]:
         "ttft_ms": _stats_ms([float(r["ttft_s"]) for r in done if r.get("ttft_s") is not None]),
         "itl_ms": _stats_ms([float(x) for r in done for x in (r.get("itl_s") or [])]),
         "latency_ms": _stats_ms([float(r["latency_s"]) for r in done if r.get("latency_s") is not None]),
-        "accept_length": round(float(accept), 3) if isinstance(accept, (int, float)) and accept > 0 else None,
-        "accept_source": run.get("accept_source") if isinstance(accept, (int, float)) and accept > 0 else None,
+        "accept_length": accept,
+        # How it was measured (also when it could not be), and why there is no number.
+        "accept_source": str(run.get("accept_source") or "") or None,
+        "accept_note": "" if accept is not None else str(run.get("accept_note") or "") or "no accept length recorded",
         "errors": errors[:5],
     }
 
 
+# bench_serving's accept length is the server's internal_states[0].avg_spec_accept_length, read at
+# the end of its run: cumulative since the counters were last zeroed, which the role does right
+# before each bench_serving run. bench_serving's own warm-up request runs after that and is counted.
+ACCEPT_SOURCE_BENCH_SERVING = "server counters, reset before the run (bench_serving's warm-up request included)"
+
+
 def from_bench_serving(record: Mapping[str, Any], profile: str, output_len: int) -> dict[str, Any]:
-    """A run from one line of SGLang bench_serving's --output-file (written with --output-details)."""
+    """A run from one line of SGLang bench_serving's --output-file (written with --output-details).
+    The accept length is the server's figure bench_serving read at the end (ACCEPT_SOURCE_BENCH_SERVING);
+    without one, ``accept_note`` says why, using the server_info bench_serving recorded with it."""
     needed = ("duration", "ttfts", "itls", "output_lens", "errors")
     missing = [k for k in needed if k not in record]
     if missing:
@@ -139,6 +161,17 @@ def from_bench_serving(record: Mapping[str, Any], profile: str, output_len: int)
             }
         )
     accept = record.get("accept_length")
+    accept = float(accept) if isinstance(accept, (int, float)) and not isinstance(accept, bool) and accept > 0 else None
+    info = record.get("server_info") if isinstance(record.get("server_info"), Mapping) else {}
+    if isinstance(info.get("decode"), list) and info["decode"] and isinstance(info["decode"][0], Mapping):
+        info = info["decode"][0]  # disaggregated: its decode side, as bench_serving reads it
+    note = ""
+    if accept is None and "speculative_algorithm" in info and not info["speculative_algorithm"]:
+        note = "no speculation: the server runs without speculative decoding (server_info speculative_algorithm is null)"
+    elif accept is None:
+        note = "run too short to measure: the server folds its counters every 40 decode steps" + (
+            "" if "speculative_algorithm" in info else " (or it runs without speculation: bench_serving recorded no server_info)"
+        )
     return {
         "tool": "bench_serving",
         "profile": profile,
@@ -147,7 +180,8 @@ def from_bench_serving(record: Mapping[str, Any], profile: str, output_len: int)
         "duration_s": float(record["duration"]),
         "requests": requests,
         "accept_length": accept,
-        "accept_source": "server_info" if accept else None,
+        "accept_source": ACCEPT_SOURCE_BENCH_SERVING,
+        "accept_note": note,
         "error": "",
     }
 
@@ -324,7 +358,12 @@ def build_report(
             "health": service.get("health") or {},
         },
         "optimisations": effective_optimisations(
-            service.get("argv") or [], findings, service.get("flag_warnings") or [], seen.get("server_info"), seen.get("log") or []
+            service.get("argv") or [],
+            findings,
+            service.get("flag_warnings") or [],
+            seen.get("server_info"),
+            seen.get("log") or [],
+            sglang.get("version"),
         ),
         "optimisations_seen": {
             "profile": configured_profile,
@@ -337,49 +376,9 @@ def build_report(
     }
 
 
-OPTIMISATIONS = (
-    # flag, name, pattern of a start-up journal finding (sglang_service's journal_checks) about it
-    ("--speculative-algorithm", "speculative decoding", r"speculative|eagle"),
-    ("--enable-torch-symm-mem", "torch symmetric-memory all-reduce", r"symm"),
-    ("--enable-flashinfer-allreduce-fusion", "FlashInfer all-reduce fusion", r"all-?reduce fusion"),
-    ("--enable-mixed-chunk", "mixed chunked prefill", r"mixed chunk"),
-    ("--cuda-graph-max-bs", "CUDA graphs", r"cuda graph"),
-)
-# Server log lines that show an optimisation working (yes) or switched off (no). SGLang 0.5.9's own
-# wording; "TorchSymmMemCommunicator ... enabled" is what a patched build logs (SGLang itself logs
-# only the failures).
-LOG_EVIDENCE: dict[str, dict[str, tuple[str, ...]]] = {
-    "--enable-torch-symm-mem": {
-        "yes": (r"TorchSymmMemCommunicator.*\b(enabled|initiali[sz]ed)\b",),
-        "no": (r"multicast operations are not supported", r"TorchSymmMemCommunicator: .*not (supported|available)"),
-    },
-    "--cuda-graph-max-bs": {
-        "yes": (r"Capture cuda graph end\b",),
-        "no": (r"Capture cuda graph failed",),
-    },
-    "--enable-flashinfer-allreduce-fusion": {"yes": (), "no": (r"(allreduce|all-reduce) fusion.*(disabled|not supported)",)},
-    "--speculative-algorithm": {"yes": (), "no": ()},
-    "--enable-mixed-chunk": {"yes": (), "no": ()},
-}
-STATES = ("yes", "no", "unknown")
-
-
-def _server_state(info: Optional[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
-    """The /get_server_info answer of one server (its decode side when disaggregated)."""
-    if not isinstance(info, Mapping):
-        return None
-    if isinstance(info.get("decode"), list) and info["decode"] and isinstance(info["decode"][0], Mapping):
-        return info["decode"][0]
-    return info
-
-
-def server_accept_length(info: Optional[Mapping[str, Any]]) -> Optional[float]:
-    state = _server_state(info) or {}
-    internal = state.get("internal_states")
-    value = (
-        internal[0].get("avg_spec_accept_length") if isinstance(internal, list) and internal and isinstance(internal[0], Mapping) else None
-    )
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+# The optimisations, their evidence (SGLang's lines and /server_info fields per version) and the
+# verdicts live in server_evidence; the report keeps its keys (``state`` = ``verdict``).
+STATES = server_evidence.VERDICTS
 
 
 def effective_optimisations(
@@ -388,67 +387,23 @@ def effective_optimisations(
     flag_warnings: Sequence[str] = (),
     server_info: Optional[Mapping[str, Any]] = None,
     log_lines: Sequence[str] = (),
+    sglang_version: Optional[str] = None,
 ) -> list[dict[str, Any]]:
-    """Each optimisation the flags ask for, with what was seen of it: ``state`` is ``yes`` only on
-    positive evidence (a server log line, a /get_server_info field), ``no`` on negative evidence
-    (the flag check calls the flag a no-op on this GPU, a journal finding or log line says it was
-    switched off, the server reports it off), else ``unknown``. ``evidence`` quotes what decided it;
-    negative evidence wins over positive."""
-    args = list(argv)
-    state = _server_state(server_info)
+    """Each optimisation the flags ask for (and CUDA graphs, on by default), judged by
+    server_evidence.judge from what the server showed of that SGLang version: ``state`` (= ``verdict``)
+    is ``yes`` only on positive evidence (a server log line, a /server_info field), ``no`` on negative
+    evidence (a line or field that shows it off, the flag check calling the flag a no-op here, a
+    start-up finding of sglang_service), else ``unknown`` with a note saying what was missing;
+    negative evidence wins. ``findings`` are the start-up journal's (sglang_health): their journal
+    lines are judged with the rest, a finding naming an optimisation counts as negative evidence."""
+    named = [f for f in findings if isinstance(f, Mapping) and f.get("name") in server_evidence.OPTIMISATIONS]
+    lines = [str(f["line"]) for f in findings if isinstance(f, Mapping) and f.get("line") and f not in named] + [str(x) for x in log_lines]
     out = []
-    for flag, name, finding_pattern in OPTIMISATIONS:
-        if flag not in args and not (flag == "--cuda-graph-max-bs" and "--disable-cuda-graph" in args):
-            continue
-        i = args.index(flag) if flag in args else -1
-        value = args[i + 1] if 0 <= i < len(args) - 1 and not args[i + 1].startswith("--") else None
-        yes: list[str] = []
-        no: list[str] = [f"flag check: {w}" for w in map(str, flag_warnings) if w.startswith(flag + " ") and "no-op" in w]
-        for f in findings:
-            meaning = str(f.get("meaning", ""))
-            if re.search(finding_pattern, meaning, re.I):
-                no.append(f"journal at start: {meaning}" + (f" ({f['line']})" if f.get("line") else ""))
-        patterns = LOG_EVIDENCE.get(flag, {})
-        for line in map(str, log_lines):
-            if any(re.search(p, line, re.I) for p in patterns.get("no", ())):
-                no.append(f"server log: {line.strip()[:300]}")
-            elif any(re.search(p, line, re.I) for p in patterns.get("yes", ())):
-                yes.append(f"server log: {line.strip()[:300]}")
-        if flag == "--speculative-algorithm" and state is not None and "speculative_algorithm" in state:
-            algo, accept = state.get("speculative_algorithm"), server_accept_length(server_info)
-            if not algo:
-                no.append("/get_server_info: speculative_algorithm is null (the server runs without speculation)")
-            elif accept:
-                yes.append(f"/get_server_info: speculative_algorithm={algo}, internal_states[0].avg_spec_accept_length={accept:g}")
-        if flag == "--cuda-graph-max-bs":
-            if "--disable-cuda-graph" in args:
-                no.append("flags: --disable-cuda-graph")
-            elif state is not None and state.get("disable_cuda_graph") is True:
-                no.append("/get_server_info: disable_cuda_graph=true")
-        verdict_ = "no" if no else ("yes" if yes else "unknown")
-        evidence = no if no else yes
-        note = (
-            ""
-            if evidence
-            else (
-                "nothing seen: no server log line, /get_server_info field or flag-check warning shows it on or off"
-                + ("" if state is not None else " (no /get_server_info answer was recorded)")
-            )
-        )
-        if flag == "--speculative-algorithm" and not evidence and state is not None and state.get("speculative_algorithm"):
-            note = (
-                f"/get_server_info: speculative_algorithm={state['speculative_algorithm']} but no accept length: no speculative step seen"
-            )
-        out.append(
-            {
-                "name": name,
-                "flag": flag if flag in args else "--disable-cuda-graph",
-                "value": value,
-                "state": verdict_,
-                "evidence": evidence[:5],
-                "note": note,
-            }
-        )
+    for result in server_evidence.judge(argv, lines, server_info, sglang_version, flag_warnings):
+        at_start = [f"journal at start: {f.get('meaning')}" for f in named if f.get("name") == result["name"]]
+        if at_start and result["verdict"] != "no":
+            result = {**result, "verdict": "no", "evidence": at_start + result["evidence"], "note": ""}
+        out.append({**result, "state": result["verdict"]})
     return out
 
 
@@ -466,6 +421,14 @@ def read_evidence(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"server_info": data.get("server_info"), "log": [str(x) for x in data.get("log") or []], "error": data.get("error") or ""}
 
 
+def accept_text(figure: Mapping[str, Any]) -> str:
+    """A run's accept length with the method that measured it, or why there is none."""
+    value, source = figure.get("accept_length"), figure.get("accept_source")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.2f} ({source})" if source else f"{value:.2f}"
+    return f"none: {figure.get('accept_note') or 'no accept length recorded'}"
+
+
 def figure_lines(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
     """One line per run, for the play's output."""
     lines = []
@@ -477,7 +440,7 @@ def figure_lines(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list
             if not f["ok"]:
                 lines.append(f"{profile} concurrency {f['concurrency']}: {f['problem']}")
                 continue
-            accept = f", accept length {f['accept_length']:.2f}" if f.get("accept_length") else ""
+            accept = f", accept length {accept_text(f)}"
             lines.append(
                 f"{profile} concurrency {f['concurrency']}: {f['output_tok_s']:.1f} tok/s, {f['request_per_s']:.2f} req/s, "
                 f"TTFT {_fmt(f['ttft_ms']['mean'])} ms (p99 {_fmt(f['ttft_ms']['p99'])}), ITL {_fmt(f['itl_ms']['mean'], 2)} ms{accept}"
@@ -527,9 +490,12 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
                 f"| {_md(profile)} | {f['concurrency']} | {_fmt(f['output_tok_s'])} | {_fmt(f['request_per_s'], 3)} | "
                 f"{_fmt(f['ttft_ms']['mean'])} / {_fmt(f['ttft_ms']['p99'])} | "
                 f"{_fmt(f['itl_ms']['mean'], 2)} / {_fmt(f['itl_ms']['p99'], 2)} | "
-                f"{_fmt(f['accept_length'], 2)} | {f['completed']}/{f['requests']}{'' if f['ok'] else ' (' + _md(f['problem']) + ')'} |"
+                f"{_md(accept_text(f))} | {f['completed']}/{f['requests']}{'' if f['ok'] else ' (' + _md(f['problem']) + ')'} |"
             )
     lines += [
+        "",
+        "Accept length: measured per run, never from the server's lifetime counters; each figure names its method "
+        "(the toolkit client's requests, or the server's counters zeroed right before a bench_serving run).",
         "",
         f"![tok/s per release and profile, TTFT, ITL, accept length (drawn on the controller)]({chart_name})",
         "",
@@ -577,13 +543,14 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         "## Optimisations: what the server showed",
         "",
         f"Profile {_md(seen.get('profile', '-'))}; yes only on positive evidence, no on negative evidence, else unknown "
-        f"(/get_server_info {'recorded' if seen.get('server_info') else 'not recorded'}, "
+        f"(/server_info {'recorded' if seen.get('server_info') else 'not recorded'}, "
         f"{seen.get('log_lines', 0)} relevant server log lines{'; ' + _md(seen['error']) if seen.get('error') else ''}).",
         "",
     ]
     for opt in report["optimisations"] or []:
         why = "; ".join(opt["evidence"]) or opt["note"]
-        lines.append(f"- {opt['name']} ({opt['flag']}{' ' + _md(opt['value']) if opt['value'] else ''}): **{opt['state']}**: {_md(why)}")
+        asked = f"{opt['flag']}{' ' + _md(opt['value']) if opt['value'] else ''}" if opt["flag"] else "on by default"
+        lines.append(f"- {opt['name']} ({asked}): **{opt['state']}**: {_md(why)}")
     if not report["optimisations"]:
         lines.append("- none requested by the flags")
     return "\n".join(lines) + "\n"

@@ -227,7 +227,15 @@ MANIFEST = {
         "profile": "eagle3",
         "argv": ["--speculative-algorithm", "EAGLE3", "--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion", "--tp-size", "8"],
         "flag_warnings": ["--enable-flashinfer-allreduce-fusion is a no-op on SM120: gated to SM90/SM100"],
-        "runtime_findings": [{"meaning": "torch symmetric-memory all-reduce disabled at run time (NCCL is used instead)"}],
+        # As sglang_health records them (server_evidence.findings of the start-up journal).
+        "runtime_findings": [
+            {
+                "name": "torch symm-mem",
+                "meaning": "torch symm-mem off at start: server log: TorchSymmMemCommunicator: torch symmetric memory multicast "
+                "operations are not supported.",
+                "line": "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.",
+            }
+        ],
         "health": {"status": 200, "elapsed": 5.5},
     },
 }
@@ -236,9 +244,14 @@ MANIFEST = {
 SPEC_INFO = {"speculative_algorithm": "EAGLE3", "internal_states": [{"avg_spec_accept_length": 2.5}], "version": "0.5.9"}
 
 
-def opts_of(argv=None, findings=(), warnings=(), server_info=None, log=()) -> dict:
+def opts_of(argv=None, findings=(), warnings=(), server_info=None, log=(), version="0.5.9") -> dict:
     argv = MANIFEST["service"]["argv"] + ["--cuda-graph-max-bs", "64", "--enable-mixed-chunk"] if argv is None else argv
-    return {o["flag"]: o for o in effective_optimisations(argv, findings, warnings, server_info, log)}
+    return {o["flag"]: o for o in effective_optimisations(argv, findings, warnings, server_info, log, version)}
+
+
+# Lines as SGLang prints them (server_evidence's table reads them from each release's wheel).
+CAPTURE_0_5_9 = "[2026-12-01 12:08:36] Capture cuda graph end. Time elapsed: 12.30 s. mem usage=1.20 GB. avail mem=70.00 GB."
+MULTICAST = "[2026-12-01 12:08:37] TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."
 
 
 def test_optimisations_are_never_yes_without_evidence() -> None:
@@ -250,13 +263,23 @@ def test_optimisations_are_never_yes_without_evidence() -> None:
         "--cuda-graph-max-bs",
         "--enable-mixed-chunk",
     }
-    assert {o["state"] for o in opts.values()} == {"unknown"}
-    assert all(o["evidence"] == [] and o["note"].startswith("nothing seen") for o in opts.values())
-    # The server echoing its own flags is not evidence that an optimisation works.
-    echo = {"enable_torch_symm_mem": True, "enable_mixed_chunk": True, "speculative_algorithm": "EAGLE3", "internal_states": [{}]}
+    assert {o["state"] for o in opts.values()} == {"unknown"} and all(o["verdict"] == o["state"] for o in opts.values())
+    assert all(o["evidence"] == [] and "no /server_info answer was recorded" in o["note"] for o in opts.values())
+    assert opts["--speculative-algorithm"]["note"].startswith("nothing seen: looked for the draft model's CUDA graphs captured")
+    assert opts["--enable-torch-symm-mem"]["note"].startswith("SGLang logs nothing when torch symm-mem all-reduce is on")
+    # The server echoing the flags it was given is not evidence that an optimisation works.
+    echo = {
+        "enable_torch_symm_mem": True,
+        "enable_flashinfer_allreduce_fusion": True,
+        "speculative_algorithm": "EAGLE3",
+        "internal_states": [{}],
+    }
     opts = opts_of(server_info=echo)
     assert {o["state"] for o in opts.values()} == {"unknown"}
-    assert "no accept length" in opts["--speculative-algorithm"]["note"]
+    assert "no accept length yet" in opts["--speculative-algorithm"]["note"]
+    # Lines no SGLang release prints are not evidence either (the old table's guesses).
+    made_up = ["TorchSymmMemCommunicator: enabled (world size 8)", "FlashInfer allreduce fusion disabled", "Capture cuda graph end"]
+    assert {o["state"] for o in opts_of(log=made_up).values()} == {"unknown"}
 
 
 def test_optimisations_are_yes_only_on_positive_evidence_and_no_on_negative() -> None:
@@ -264,35 +287,50 @@ def test_optimisations_are_yes_only_on_positive_evidence_and_no_on_negative() ->
         findings=MANIFEST["service"]["runtime_findings"],
         warnings=MANIFEST["service"]["flag_warnings"],
         server_info=SPEC_INFO,
-        log=["Capture cuda graph end. Time elapsed: 12.30 s. mem usage=1.20 GB. avail mem=70.00 GB."],
+        log=[CAPTURE_0_5_9],
     )
     spec = opts["--speculative-algorithm"]
     assert spec["state"] == "yes" and spec["value"] == "EAGLE3"
-    assert spec["evidence"] == ["/get_server_info: speculative_algorithm=EAGLE3, internal_states[0].avg_spec_accept_length=2.5"]
+    assert spec["evidence"] == ["/server_info: internal_states[0].avg_spec_accept_length=2.5"]
     symm = opts["--enable-torch-symm-mem"]
-    assert symm["state"] == "no" and "NCCL" in symm["evidence"][0] and symm["evidence"][0].startswith("journal at start:")
+    assert symm["state"] == "no" and symm["evidence"][0].startswith("journal at start: torch symm-mem off at start: server log:")
     fusion = opts["--enable-flashinfer-allreduce-fusion"]
     assert fusion["state"] == "no" and fusion["evidence"] == [f"flag check: {MANIFEST['service']['flag_warnings'][0]}"]
     graphs = opts["--cuda-graph-max-bs"]
-    assert graphs["state"] == "yes" and graphs["evidence"][0].startswith("server log: Capture cuda graph end")
+    assert graphs["state"] == "yes" and graphs["evidence"] == [f"server log: {CAPTURE_0_5_9}"]
     assert opts["--enable-mixed-chunk"]["state"] == "unknown"
+    # The resolved settings SGLang answers decide where they can: mixed chunk as the server resolved it.
+    assert opts_of(server_info={"enable_mixed_chunk": True})["--enable-mixed-chunk"]["state"] == "yes"
+    eagle = ["[2026-12-01 12:07:08] Mixed chunked prefill is disabled because of using eagle speculative decoding."]
+    assert opts_of(log=eagle)["--enable-mixed-chunk"]["evidence"] == [f"server log: {eagle[0]}"]
+    # The fusion's workspace line is its only "yes"; each release's own wording, 0.5.23's refusal is a "no".
+    workspace = ["[2026-12-01 12:08:40] FlashInfer workspace initialized for rank 0, world_size 8"]
+    assert opts_of(log=workspace)["--enable-flashinfer-allreduce-fusion"]["state"] == "yes"
+    assert opts_of(log=workspace, version="0.5.23")["--enable-flashinfer-allreduce-fusion"]["state"] == "unknown"
+    refused = ["ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs."]
+    assert opts_of(log=refused, version="0.5.23")["--enable-flashinfer-allreduce-fusion"]["state"] == "no"
 
 
 def test_negative_evidence_wins_and_the_server_can_say_no() -> None:
-    log = [
-        "TorchSymmMemCommunicator: enabled (world size 8)",
-        "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.",
-    ]
-    opts = opts_of(log=log, server_info={"speculative_algorithm": None, "internal_states": [{}]})
+    opts = opts_of(log=[CAPTURE_0_5_9, MULTICAST], server_info={"speculative_algorithm": None, "disable_cuda_graph": True})
     assert opts["--enable-torch-symm-mem"]["state"] == "no"
-    assert opts["--enable-torch-symm-mem"]["evidence"] == [f"server log: {log[1]}"]
-    assert opts_of(log=log[:1])["--enable-torch-symm-mem"]["state"] == "yes"
-    assert opts["--speculative-algorithm"]["state"] == "no" and "null" in opts["--speculative-algorithm"]["evidence"][0]
-    off = opts_of(argv=["--cuda-graph-max-bs", "8", "--disable-cuda-graph"], log=["Capture cuda graph end. Time elapsed: 1 s"])
-    assert off["--cuda-graph-max-bs"]["state"] == "no" and off["--cuda-graph-max-bs"]["evidence"][0] == "flags: --disable-cuda-graph"
+    assert opts["--enable-torch-symm-mem"]["evidence"] == [f"server log: {MULTICAST}"]
+    assert opts["--speculative-algorithm"]["state"] == "no" and opts["--speculative-algorithm"]["evidence"] == [
+        "/server_info: speculative_algorithm=null"
+    ]
+    graphs = opts["--cuda-graph-max-bs"]
+    assert graphs["state"] == "no" and graphs["evidence"] == ["/server_info: disable_cuda_graph=true"]
+    assert graphs["note"] == f"negative evidence wins; also seen: server log: {CAPTURE_0_5_9}"
+    off = opts_of(argv=["--cuda-graph-max-bs", "8", "--disable-cuda-graph"], log=[CAPTURE_0_5_9])
+    assert off["--disable-cuda-graph"]["state"] == "no" and off["--disable-cuda-graph"]["evidence"][0] == "flags: --disable-cuda-graph"
     decode = {"decode": [SPEC_INFO]}  # disaggregated: the decode server's answer counts
     assert opts_of(server_info=decode)["--speculative-algorithm"]["state"] == "yes"
-    assert opts_of(argv=[]) == {}
+    # A start-up finding of an older release record (meaning and journal line) is judged by its line.
+    old = [{"meaning": "torch symmetric-memory all-reduce disabled at run time (NCCL is used instead)", "line": MULTICAST}]
+    assert opts_of(findings=old)["--enable-torch-symm-mem"]["evidence"] == [f"server log: {MULTICAST}"]
+    # Nothing asked for: CUDA graphs only (on unless switched off), judged all the same.
+    assert list(opts_of(argv=[], log=[CAPTURE_0_5_9])) == [None]  # no flag: on by default
+    assert opts_of(argv=[], log=[CAPTURE_0_5_9])[None]["state"] == "yes"
 
 
 def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None:
@@ -308,7 +346,7 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "**pass**: eagle3 is faster" in md
     assert re.search(r"\| eagle3 \| 1 \| 120\.0 \|", md) and re.search(r"\| baseline \| 1 \| 90\.0 \|", md)
     assert "kimi_k25_eagle3_delegation: applied" in md and "sglang-0.5.9-py3-none-any.whl" in md
-    assert "torch symmetric-memory all-reduce (--enable-torch-symm-mem): **no**: journal at start: torch symmetric" in md
+    assert "torch symm-mem (--enable-torch-symm-mem): **no**: journal at start: torch symm-mem off at start: server log: TorchSymm" in md
     assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
     assert report["optimisations_seen"]["error"] == "no evidence recorded for profile eagle3"
     seen = {"eagle3": {"server_info": SPEC_INFO, "log": [], "error": ""}}
@@ -321,7 +359,9 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
         "error": "",
     }
     md = render_markdown(report)
-    assert "speculative decoding (--speculative-algorithm EAGLE3): **yes**: /get_server_info: speculative_algorithm=EAGLE3" in md
+    assert (
+        "speculative decoding (--speculative-algorithm EAGLE3): **yes**: /server_info: internal_states[0].avg_spec_accept_length=2.5" in md
+    )
     assert "client: bench_serving (SGLang 0.5.9)." in md
 
 
@@ -445,10 +485,13 @@ def test_the_client_measures_a_streaming_server(standin: str, tmp_path: Path) ->
     assert bench_client.main([*argv, "--profile", "eagle3", "--out", str(out), "--progress", str(progress)]) == 0
     fig = summarize(json.loads(out.read_text()))
     assert fig["ok"] and fig["completed"] == 6 and fig["output_tokens"] == 60
-    assert fig["accept_length"] == 2.5 and fig["accept_source"] == "server_info"
-    # 10 tokens in steps of 2.5 on average: chunks of 2, 3, 2, 3; the first is TTFT, the 8 tokens after it get ITLs.
+    # 6 requests of 10 tokens in steps of 2.5: 24 verify steps, too few for an accept length (tests/test_accept_length.py).
+    assert fig["accept_length"] is None and fig["accept_source"] == bench_client.ACCEPT_SOURCE_REQUESTS
+    assert fig["accept_note"].startswith("run too short to measure: "), fig["accept_note"]
+    # As in SGLang, the prefill gives the first token alone (TTFT); the 9 tokens after it come in decode
+    # steps of 2.5 on average (2, 3, 2, 2) and each gets an ITL.
     first = json.loads(out.read_text())["requests"][0]
-    assert len(first["itl_s"]) == 8 and first["ttft_s"] > 0
+    assert len(first["itl_s"]) == 9 and first["ttft_s"] > 0
     assert progress.read_text().splitlines()[-1].startswith("eagle3 concurrency 3: 6/6 requests")
 
 
@@ -459,14 +502,6 @@ def test_the_client_reports_a_server_that_does_not_answer(tmp_path: Path) -> Non
     argv = ["--url", url, "--prompts", str(ROOT / "files/benchmark/prompts.json"), "--num-prompts", "1", "--output-len", "4"]
     assert bench_client.main([*argv, "--concurrency", "1", "--profile", "x", "--out", str(tmp_path / "o.json")]) == 3
     assert not (tmp_path / "o.json").exists()
-
-
-def test_accept_length_falls_back_to_the_metrics_gauge(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers = {"/get_server_info": '{"internal_states": [{}]}', "/metrics": 'sglang:spec_accept_length{model_name="k",tp_rank="0"} 3.0\n'}
-    monkeypatch.setattr(bench_client, "_get", lambda url, path, key, timeout=10.0: answers.get(path))
-    assert bench_client.accept_length("http://127.0.0.1:1", None) == (3.0, "metrics")
-    answers["/metrics"] = "sglang:spec_accept_length 0.0\n"
-    assert bench_client.accept_length("http://127.0.0.1:1", None) == (None, None)
 
 
 # ------------------------------------------------------------------ the module, through real Ansible
@@ -513,7 +548,12 @@ def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path)
     ]  # the chart is the controller's
     assert [Path(f).name for f in result["files"]] == ["report.json", "report.md"]
     states = {o["flag"]: o["state"] for o in result["optimisations"]}
-    assert states == {"--speculative-algorithm": "yes", "--enable-torch-symm-mem": "no", "--enable-flashinfer-allreduce-fusion": "no"}
+    assert states == {
+        None: "unknown",  # CUDA graphs (no flag: on by default): nothing recorded shows them
+        "--speculative-algorithm": "yes",
+        "--enable-torch-symm-mem": "no",
+        "--enable-flashinfer-allreduce-fusion": "no",
+    }
     manifest = json.loads((releases.path(rid) / "manifest.json").read_text())
     assert manifest["benchmark"]["verdict"]["status"] == "pass"
     entry = releases.load()["releases"][rid]["benchmark"]
@@ -523,17 +563,39 @@ def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path)
     assert tripped["verdict"]["status"] == "fail" and "below baseline x 5" in tripped["verdict"]["message"]
 
 
-def test_the_api_key_comes_from_the_secrets_file_never_the_command_line(tmp_path: Path) -> None:
-    secrets = tmp_path / "secrets.env"
-    secrets.write_text('# managed\nHF_TOKEN="hf"\nSGLANG_API_KEY="k\\"ey\\\\1"\n')
-    assert bench_client.read_secret(str(secrets)) == 'k"ey\\1'
-    assert bench_client.read_secret(str(tmp_path / "absent.env")) is None
+def test_the_api_key_comes_from_the_keys_file_never_the_command_line(tmp_path: Path) -> None:
+    keys = tmp_path / "api-keys.yaml"
+    keys.write_text('# managed\n---\napi-key: "k\\"ey\\\\1"\nadmin-api-key: "adm"\n')
+    assert bench_client.read_keys(str(keys)) == {"api-key": 'k"ey\\1', "admin-api-key": "adm"}
+    assert bench_client.read_keys(str(tmp_path / "absent.yaml")) == {}
     client = str(ROOT / "module_utils/bench_client.py")
     probe = "import os, sys; print(os.environ.get('OPENAI_API_KEY')); print(' '.join(sys.argv[1:]))"
     proc = subprocess.run(
-        [sys.executable, client, "--secrets-file", str(secrets), "--exec", "--", sys.executable, "-c", probe, "--port", "1"],
+        [sys.executable, client, "--keys-file", str(keys), "--exec", "--", sys.executable, "-c", probe, "--port", "1"],
         capture_output=True,
         text=True,
         check=True,
     )
     assert proc.stdout.splitlines() == ['k"ey\\1', "--port 1"]
+
+
+def test_a_keys_file_the_service_did_not_write_is_refused_naming_file_and_line(tmp_path: Path) -> None:
+    keys = tmp_path / "api-keys.yaml"
+    keys.write_text("api-key: unquoted-value\n")
+    with pytest.raises(bench_client.KeysFileError, match=r"api-keys.yaml line 1: expected name: \"value\""):
+        bench_client.read_keys(str(keys))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "module_utils/bench_client.py"),
+            "--keys-file",
+            str(keys),
+            "--evidence",
+            "x",
+            "--url",
+            "http://127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "unquoted-value" not in proc.stderr + proc.stdout and "line 1" in proc.stderr
