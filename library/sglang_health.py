@@ -9,8 +9,10 @@ short_description: Poll the unit and its /health endpoint for a while
 description:
   - Thin wrapper around module_utils/service_health.py. Waits up to O(wait_seconds) and returns
     progress (elapsed, HTTP status, unit state, last journal line); the role calls it again until
-    healthy, crashed or past its start timeout. With O(journal_checks) it also returns the journal
-    lines since the start that show optimisations switched off at run time.
+    healthy, crashed or past its start timeout. Once the server is healthy (or has crashed), with
+    O(sglang_version) and O(argv) it judges the journal since the start with
+    module_utils/server_evidence.py (SGLang's own start-up lines, per version) and returns the verdict
+    of each optimisation and those switched off.
   - Changes nothing.
 options:
   unit:
@@ -26,17 +28,27 @@ options:
     type: float
     required: true
   wait_seconds:
-    description: How long this call waits at most.
+    description: How long this call waits at most for a 200 (plus up to one O(probe_timeout)); at least one probe is made.
     type: float
     default: 15
+  probe_timeout:
+    description:
+      - Seconds one GET may take. A real SGLang /health generates a token (>= 1 s) and answers 503 itself after 20 s,
+        so keep this above 20 s, or a busy server reads as down.
+    type: float
+    default: 30
   restarts_baseline:
     description: The unit's NRestarts right after the restart; more means it crashed.
     type: int
     default: 0
-  journal_checks:
-    description: List of {pattern, meaning} looked for in the journal since O(started).
+  sglang_version:
+    description: The SGLang version the unit runs (the launch plan's); picks the lines and fields that are evidence. Empty judges nothing.
+    type: str
+    default: ""
+  argv:
+    description: The server's launch flags (the launch plan's argv); which optimisations were asked for.
     type: list
-    elements: dict
+    elements: str
     default: []
   journal_lines:
     description: Journal lines returned as the tail.
@@ -64,7 +76,7 @@ poll:
   type: dict
   returned: always
   sample: {healthy: false, status: 503, active_state: active, sub_state: running, restarts: 0, elapsed: 184.2,
-           last_line: "Load weight end. type=KimiK25ForConditionalGeneration", crashed: false}
+           last_line: "Load weight end. type=KimiK25ForConditionalGeneration", crashed: false, phase: "503", probe_seconds: 0.01}
   contains:
     healthy: {description: Whether the endpoint answered 200., type: bool, sample: true}
     status: {description: HTTP status of the endpoint (null when it did not answer)., type: int, sample: 200}
@@ -74,22 +86,38 @@ poll:
     elapsed: {description: Seconds since O(started)., type: float, sample: 312.5}
     last_line: {description: The last journal line., type: str, sample: "The server is fired up and ready to roll!"}
     crashed: {description: Whether the unit failed or restarted since the baseline., type: bool, sample: false}
+    phase:
+      description: Where the start stands, as /health shows it (C(port closed), C(no answer), C(503), C(healthy), or C(HTTP <code>)).
+      type: str
+      sample: "503"
+    probe_seconds: {description: How long the last GET took., type: float, sample: 1.02}
 journal_tail:
   description: The last O(journal_lines) journal lines of the unit since O(started).
   type: list
   elements: str
   returned: always
   sample: ["Load weight end. type=KimiK25ForConditionalGeneration", "The server is fired up and ready to roll!"]
-runtime_findings:
-  description: Per O(journal_checks) entry that matched, its C(meaning) and the first matching C(line).
+optimisations:
+  description:
+    - Per optimisation, server_evidence.judge on the start-up journal, with C(name), C(flag), C(value), C(verdict) (yes, no, unknown),
+      C(evidence) (quoted lines) and C(note) (what was missing). Empty until healthy or crashed, or without O(sglang_version).
   type: list
   elements: dict
   returned: always
-  sample: [{meaning: CUDA graphs disabled at run time, line: "Disable cuda graph because of insufficient memory"}]
+  sample: [{name: cuda graphs, flag: null, value: null, verdict: "yes", note: "",
+            evidence: ["server log: Capture cuda graph end. Time elapsed: 56.05 s. mem usage=0.04 GB. avail mem=97.13 GB."]}]
+runtime_findings:
+  description: The optimisations of O(optimisations) whose verdict is no, as C(name), C(meaning) and the C(line) (or field) that says so.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{name: mixed chunk, meaning: "mixed chunk off at start: server log: Mixed chunked prefill is disabled ...",
+            line: "Mixed chunked prefill is disabled because of using eagle speculative decoding."}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.service_health import findings, journal, poll
+from ansible.module_utils.server_evidence import findings, judge, select_lines
+from ansible.module_utils.service_health import journal, poll
 
 
 def main() -> None:
@@ -99,20 +127,28 @@ def main() -> None:
             url=dict(type="str", default="http://127.0.0.1:30000/health"),
             started=dict(type="float", required=True),
             wait_seconds=dict(type="float", default=15),
+            probe_timeout=dict(type="float", default=30),
             restarts_baseline=dict(type="int", default=0),
-            journal_checks=dict(type="list", elements="dict", default=[]),
+            sglang_version=dict(type="str", default=""),
+            argv=dict(type="list", elements="str", default=[]),
             journal_lines=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    result = poll(p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"])
-    lines = journal(p["unit"], p["started"], 5000) if p["journal_checks"] else []
+    result = poll(
+        p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"], probe_timeout=p["probe_timeout"]
+    )
+    optimisations = []
+    if p["sglang_version"] and (result.healthy or result.crashed):
+        lines = select_lines(journal(p["unit"], p["started"], 5000), p["sglang_version"])
+        optimisations = judge(p["argv"], lines, None, p["sglang_version"])
     module.exit_json(
         changed=False,
         poll=result.to_dict(),
         journal_tail=journal(p["unit"], p["started"], p["journal_lines"]),
-        runtime_findings=findings(lines, p["journal_checks"]),
+        optimisations=optimisations,
+        runtime_findings=findings(optimisations),
     )
 
 

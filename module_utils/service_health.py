@@ -5,14 +5,22 @@ Plain Python, standard library only, no Ansible imports; library/sglang_health.p
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
+
+# The phases of a real SGLang start, as GET /health sees them: the port stays closed while the model
+# loads and CUDA graphs are captured, then /health answers 503 until SGLang's own warm-up request has
+# succeeded, then 200 (each /health generates a token: >= 1 s; SGLang answers 503 itself after 20 s).
+PHASES = {
+    "port closed": "the port is closed: the model is still loading (or the server is not running)",
+    "no answer": "the port is open but GET /health did not answer within the probe timeout",
+    "503": "GET /health answers 503: SGLang's own warm-up has not succeeded (or the server is stuck)",
+    "healthy": "GET /health answers 200",
+}
 
 
 @dataclass
@@ -25,20 +33,33 @@ class HealthPoll:
     elapsed: float
     last_line: str
     crashed: bool
+    phase: str = "port closed"
+    probe_seconds: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def http_status(url: str, timeout: float = 5.0) -> Optional[int]:
-    """The HTTP status of GET url, or None when nothing answers."""
+def probe(url: str, timeout: float) -> tuple[Optional[int], str, float]:
+    """GET url once: (HTTP status or None, phase, seconds it took). The phase tells a closed port
+    (connection refused) from a server that did not answer in time."""
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return int(response.status)
+            status: Optional[int] = int(response.status)
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+        status = int(exc.code)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        closed = isinstance(reason, ConnectionRefusedError) or isinstance(exc, ConnectionRefusedError)
+        return None, "port closed" if closed else "no answer", round(time.monotonic() - started, 3)
+    phase = "healthy" if status == 200 else ("503" if status == 503 else f"HTTP {status}")
+    return status, phase, round(time.monotonic() - started, 3)
+
+
+def http_status(url: str, timeout: float = 30.0) -> Optional[int]:
+    """The HTTP status of GET url, or None when nothing answers."""
+    return probe(url, timeout)[0]
 
 
 def unit_state(unit: str) -> dict[str, str]:
@@ -60,29 +81,29 @@ def journal(unit: str, since_epoch: Optional[float] = None, lines: int = 40, inv
     return [line for line in proc.stdout.splitlines() if line.strip()]
 
 
-def poll(unit: str, url: str, started: float, wait_seconds: float, interval: float = 2.0, restarts_baseline: int = 0) -> HealthPoll:
-    """Wait up to wait_seconds for 200 from url; return early when healthy or when the unit has crashed."""
+def poll(
+    unit: str,
+    url: str,
+    started: float,
+    wait_seconds: float,
+    interval: float = 2.0,
+    restarts_baseline: int = 0,
+    probe_timeout: float = 30.0,
+) -> HealthPoll:
+    """Wait up to wait_seconds for 200 from url; return early when healthy or when the unit has crashed.
+    Each probe may take up to probe_timeout (a generating /health is slow under load), so one call can
+    last up to wait_seconds + probe_timeout; at least one probe is always made."""
     deadline = time.monotonic() + wait_seconds
     while True:
+        status, phase, took = probe(url, probe_timeout)
         state = unit_state(unit)
-        status = http_status(url)
         restarts = int(state.get("NRestarts", "0") or 0)
         active, sub = state.get("ActiveState", "unknown"), state.get("SubState", "unknown")
         crashed = active in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_baseline
         healthy = status == 200 and active == "active"
         if healthy or crashed or time.monotonic() >= deadline:
             tail = journal(unit, started, 1)
-            return HealthPoll(healthy, status, active, sub, restarts, round(time.time() - started, 1), tail[-1] if tail else "", crashed)
+            return HealthPoll(
+                healthy, status, active, sub, restarts, round(time.time() - started, 1), tail[-1] if tail else "", crashed, phase, took
+            )
         time.sleep(min(interval, max(0.1, deadline - time.monotonic())))
-
-
-def findings(lines: Sequence[str], checks: Sequence[dict[str, str]]) -> list[dict[str, str]]:
-    """Journal lines that match a check's pattern: optimisations that were switched off at run time."""
-    out = []
-    for check in checks:
-        pattern = re.compile(check["pattern"])
-        for line in lines:
-            if pattern.search(line):
-                out.append({"meaning": check["meaning"], "line": line.strip()[:300]})
-                break
-    return out
