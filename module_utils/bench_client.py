@@ -17,7 +17,9 @@ never from the command line or an environment assignment that sudo would log.
 
     python3 bench_client.py --keys-file /etc/sglang/api-keys.yaml --exec -- python -m sglang.bench_serving ...
 
-runs SGLang's own client with that key in OPENAI_API_KEY (what bench_serving sends as the bearer token).
+runs SGLang's own client with that key in OPENAI_API_KEY (what bench_serving sends as the bearer token);
+with --redact-after FILE it waits for the client and then replaces the keys in FILE (bench_serving's
+output file records the server's /server_info, which echoes them).
 
     python3 bench_client.py --url http://127.0.0.1:30000 --keys-file /etc/sglang/api-keys.yaml \\
         --prompts prompts.json --reset-accept-counters
@@ -108,6 +110,27 @@ def read_keys(path: Optional[str]) -> dict[str, str]:
                 raise KeysFileError(f'{path} line {number}: expected name: "value" (a double-quoted string), found something else')
             keys[name.strip()] = parsed
     return keys
+
+
+def redact_keys_in_file(path: str, secrets: Sequence[str]) -> int:
+    """Replace every occurrence of each secret in the file (as written and as JSON escapes it) with
+    <redacted>, in place and atomically; the number replaced. A missing file is left alone (0)."""
+    if not secrets or not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+        text = handle.read()
+    count = 0
+    for secret in secrets:
+        for form in {secret, json.dumps(secret)[1:-1]}:
+            count += text.count(form)
+            text = text.replace(form, "<redacted>")
+    if count:
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(text)
+        os.chmod(tmp, os.stat(path).st_mode & 0o777)
+        os.replace(tmp, path)
+    return count
 
 
 def _headers(api_key: Optional[str]) -> dict[str, str]:
@@ -476,6 +499,11 @@ def write_atomic(path: str, data: Mapping[str, Any]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--keys-file", help="the service's API-keys YAML (api-key, admin-api-key), if the server needs a key")
+    parser.add_argument(
+        "--redact-after",
+        help="with --exec: once COMMAND has finished, replace the API keys in this file (SGLang's bench_serving "
+        "records the server's /server_info in its output file, and SGLang echoes its keys there)",
+    )
     parser.add_argument("--url")
     parser.add_argument("--prompts")
     parser.add_argument("--num-prompts", type=int)
@@ -508,7 +536,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     api_key = keys.get("api-key")
     if command:
-        os.execvpe(command[0], command, {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})})
+        env = {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})}
+        if not args.redact_after:
+            os.execvpe(command[0], command, env)
+        code = subprocess.call(command, env=env)
+        redact_keys_in_file(args.redact_after, [v for v in keys.values() if v])
+        return code
     if args.evidence:
         if not args.url:
             parser.error("--evidence needs --url")

@@ -15,7 +15,10 @@ value) and redacts the values of ``api-key`` and ``admin-api-key`` as written, a
 as JSON print them. It stays the unit's main process so that nothing the server prints is lost: it
 forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT to the server, reads the pipe to its end (a crash's
 traceback included; at most DRAIN_SECONDS after the server itself exited, so a straggler holding the
-pipe cannot keep the unit active), and exits with the server's status (128 + N when signal N ended it). With no
+pipe cannot keep the unit active), and exits with the server's status (128 + N when signal N ended
+it). Stopped with SIGTERM or SIGINT, it ends by that signal once the server is gone, whatever the
+server's status: a real SGLang 0.5.13 drains, then SIGKILLs itself (seen on an H200: exit 137), which
+systemd would record as a failed stop. With no
 key in the file it simply becomes the server (exec), as the unit without keys would run it.
 """
 
@@ -33,6 +36,7 @@ from typing import Optional
 KEY_FIELDS = ("api-key", "admin-api-key")
 REDACTED = b"<redacted>"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After the server has exited, how long what it left in the pipe may take to come through; a process
 # it started that outlives it and keeps the pipe open must not keep the unit "active".
 DRAIN_SECONDS = 10.0
@@ -122,7 +126,11 @@ def run(keys_file: str, command: Sequence[str]) -> int:
         os._exit(127)
     os.close(write_end)
 
+    stop_signal: list[int] = []
+
     def forward(signum: int, _frame: object) -> None:
+        if signum in STOP_SIGNALS and not stop_signal:
+            stop_signal.append(signum)
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
@@ -137,6 +145,12 @@ def run(keys_file: str, command: Sequence[str]) -> int:
     except ChildProcessError:
         code = 1
     copier.join(DRAIN_SECONDS)
+    if stop_signal:
+        # Asked to stop: end as the stop signal's own death, as the server would without the launcher.
+        # (SGLang answers SIGTERM by draining and then SIGKILLing its own process tree, itself
+        # included: exit 137 would read to systemd as a failure of a clean stop.)
+        signal.signal(stop_signal[0], signal.SIG_DFL)
+        os.kill(os.getpid(), stop_signal[0])
     return code
 
 

@@ -599,3 +599,41 @@ def test_a_keys_file_the_service_did_not_write_is_refused_naming_file_and_line(t
         text=True,
     )
     assert proc.returncode == 2 and "unquoted-value" not in proc.stderr + proc.stdout and "line 1" in proc.stderr
+
+
+def test_bench_serving_output_keeps_no_key_the_server_echoed(tmp_path: Path) -> None:
+    """SGLang's bench_serving records the server's /server_info in its output file, and SGLang echoes
+    api_key there (seen on a real 0.5.13 server): --redact-after removes it once the client is done."""
+    keys = tmp_path / "api-keys.yaml"
+    keys.write_text('api-key: "sk-echo\\"d"\nadmin-api-key: "adm-1"\n')
+    out = tmp_path / "bench.jsonl"
+    writer = (
+        "import json, os, sys; k = os.environ['OPENAI_API_KEY']; "
+        "open(sys.argv[1], 'w').write(json.dumps({'server_info': {'api_key': k, 'admin_api_key': 'adm-1', "
+        "'internal_states': [{'api_key': k}]}, 'duration': 1.0}) + '\\n'); sys.exit(4)"
+    )
+    client = str(ROOT / "module_utils/bench_client.py")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            client,
+            "--keys-file",
+            str(keys),
+            "--redact-after",
+            str(out),
+            "--exec",
+            "--",
+            sys.executable,
+            "-c",
+            writer,
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 4  # the client's own status
+    text = out.read_text()
+    assert "sk-echo" not in text and "adm-1" not in text
+    record = json.loads(text)
+    assert record["server_info"]["api_key"] == "<redacted>" and record["server_info"]["internal_states"][0]["api_key"] == "<redacted>"
+    assert record["duration"] == 1.0

@@ -84,8 +84,25 @@ def test_the_server_is_its_child_signals_are_forwarded_and_its_last_words_kept(t
     assert first[0] == "ready" and int(first[1]) == proc.pid  # the launcher is the server's parent
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0
+    assert proc.returncode == -signal.SIGTERM  # a clean stop reads as one to systemd
     assert rest.strip() == f"stopping on {int(signal.SIGTERM)} <redacted>"
+
+
+def test_a_server_that_kills_itself_when_asked_to_stop_still_stops_cleanly(tmp_path: Path) -> None:
+    """Real SGLang answers SIGTERM by draining, then SIGKILLing its own process tree (exit 137)."""
+    code = (
+        "import os, signal, sys, time\n"
+        "def bye(signum, frame):\n"
+        "    print('Gracefully exiting...'); sys.stdout.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready'); sys.stdout.flush()\n"
+        "time.sleep(60)\n"
+    )
+    proc = launch(tmp_path, code, keys_file(tmp_path))
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM and rest == "Gracefully exiting...\n"
 
 
 def test_a_server_killed_by_a_signal_fails_the_unit_with_128_plus_the_signal(tmp_path: Path) -> None:
