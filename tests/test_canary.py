@@ -1,0 +1,295 @@
+"""module_utils/canary.py against the real stand-in server (a subprocess on a free port), and its flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import canary
+import pytest
+
+from conftest import ROOT
+
+STANDIN = ROOT / "tests/fixtures/sglang-standin"
+FAST = {
+    "SGLANG_STANDIN_VERSION": "0.5.9",
+    "SGLANG_STANDIN_LOAD_SECONDS": "0.8",
+    "SGLANG_STANDIN_WARMUP_SECONDS": "0.8",
+    "SGLANG_STANDIN_HEALTH_SECONDS": "0.02",
+    "SGLANG_STANDIN_TOKEN_MS": "1",
+    "PYTHONPATH": str(STANDIN),
+}
+PLAN = [
+    "--model-path", "/models/Kimi-K2.5-NVFP4", "--tp-size", "8", "--host", "0.0.0.0", "--port", "30000",
+    "--mem-fraction-static", "0.85", "--attention-backend", "triton", "--speculative-algorithm", "EAGLE3",
+    "--speculative-draft-model-path", "/models/eagle3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4", "--enable-metrics",
+]  # fmt: skip
+KEY = "sk-canary-test-" + "5" * 16
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def gone(pid: int) -> bool:
+    """Neither the server nor anything of its process group is left."""
+    for kill in (os.kill, os.killpg):
+        try:
+            kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            pass
+    return True
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SGLANG_STANDIN_") or name == "STATE_DIRECTORY":
+            monkeypatch.delenv(name)
+
+
+def run(
+    tmp_path: Path,
+    target: str = "",
+    extra: Optional[list[str]] = None,
+    start_timeout: float = 20,
+    keys: Optional[dict[str, str]] = None,
+    **env: str,
+) -> canary.CanaryResult:
+    argv = canary.canary_argv([*PLAN, *(extra or [])], target or str(tmp_path / "target"), str(tmp_path / "draft"), free_port(), 0.05)
+    return canary.run_canary(
+        sys.executable, "sglang_standin", argv, {**FAST, **env}, str(tmp_path / "canary.log"), start_timeout, 30, ["Hello"], keys=keys
+    )
+
+
+# ------------------------------------------------------------------ the start, as the gate sees it
+
+
+def test_a_healthy_canary_goes_port_closed_then_503_then_healthy_and_answers(tmp_path: Path) -> None:
+    result = run(tmp_path)
+    assert result.ok, result.message
+    assert result.phase == "served" and result.message.startswith("canary served")
+    assert [phase for phase, _ in result.phases] == ["port closed", "503", "healthy"]
+    assert result.port_open_at is not None and result.first_503_at is not None and result.healthy_at is not None
+    assert 0.5 < result.port_open_at <= result.first_503_at < result.healthy_at < 10
+    r = result.requests
+    assert r["streamed_ok"] and r["streamed"]["output_tokens"] == 32
+    assert (r["concurrent_ok"], r["concurrent_total"]) == (4, 4)
+    assert r["accept_source"].startswith("requests") and r["accept_length"] and r["accept_length"] > 1  # the stand-in speculates
+    assert result.stopped == "SIGTERM" and result.exit_status is not None
+    assert result.pid and gone(result.pid)
+    log = (tmp_path / "canary.log").read_text()
+    assert "fired up and ready to roll" in log and len(result.log_tail) <= 25
+    # The server got the canary's flags: its own port, the tiny target, the small memory fraction.
+    assert f"port={result.url.rsplit(':', 1)[1]}" in log and "mem_fraction_static=0.05" in log and str(tmp_path / "target") in log
+
+
+def test_a_crash_is_phase_exited_with_its_status_and_last_log_line(tmp_path: Path) -> None:
+    result = run(tmp_path, SGLANG_STANDIN_MODE="crash")
+    assert not result.ok and result.phase == "exited" and result.exit_status == 1
+    assert result.healthy_at is None and result.requests == {}
+    assert "phase exited" in result.message and "status 1" in result.message
+    assert "RuntimeError: stand-in crash requested by SGLANG_STANDIN_MODE=crash" in result.message
+    assert result.log_tail[-1].endswith("RuntimeError: stand-in crash requested by SGLANG_STANDIN_MODE=crash")
+    assert result.stopped == "exited by itself" and gone(result.pid)
+
+
+def test_never_healthy_is_phase_503_at_the_start_timeout(tmp_path: Path) -> None:
+    result = run(tmp_path, start_timeout=4, SGLANG_STANDIN_MODE="never-healthy", SGLANG_STANDIN_WARMUP_SECONDS="0")
+    assert not result.ok and result.phase == "503"
+    assert 4 <= result.seconds < 8 and result.healthy_at is None and result.first_503_at is not None
+    assert "phase 503" in result.message and "within 4 s" in result.message and "last log line:" in result.message
+    assert result.stopped == "SIGTERM" and gone(result.pid)
+
+
+def test_a_missing_target_exits_before_the_port_opens(tmp_path: Path) -> None:
+    result = run(tmp_path, target=str(tmp_path / "target.missing"))
+    assert not result.ok and result.phase == "exited" and result.exit_status == 1
+    assert result.port_open_at is None
+    assert "does not appear to have a file named config.json" in result.message
+    assert gone(result.pid)
+
+
+def test_the_requests_carry_the_api_key_and_nothing_returned_or_kept_holds_it(tmp_path: Path) -> None:
+    config = tmp_path / "api-keys.yaml"
+    config.write_text(f'api-key: "{KEY}"\n')
+    result = run(tmp_path, extra=["--config", str(config)], keys={"api-key": KEY})
+    assert result.ok, result.message
+    assert KEY not in json.dumps(result.to_dict())
+    log = (tmp_path / "canary.log").read_text()
+    assert KEY not in log and "api_key='<redacted>'" in log  # the stand-in logs server_args as SGLang does
+    assert gone(result.pid)
+
+
+def test_without_the_key_the_requests_fail_in_phase_requests(tmp_path: Path) -> None:
+    config = tmp_path / "api-keys.yaml"
+    config.write_text(f'api-key: "{KEY}"\n')
+    result = run(tmp_path, extra=["--config", str(config)])
+    assert not result.ok and result.phase == "requests" and result.healthy_at is not None
+    assert result.requests["concurrent_ok"] == 0 and "HTTP 401" in result.requests["errors"][0]
+    assert "phase requests" in result.message and "HTTP 401" in result.message
+    assert gone(result.pid)
+
+
+def test_a_port_in_use_starts_nothing(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        argv = canary.canary_argv(PLAN, str(tmp_path / "t"), str(tmp_path / "d"), port, 0.05)
+        result = canary.run_canary(sys.executable, "sglang_standin", argv, FAST, str(tmp_path / "c.log"), 5, 5, None)
+    assert not result.ok and result.phase == "port in use" and result.pid is None
+    assert f"127.0.0.1:{port}" in result.message and not (tmp_path / "c.log").exists()
+
+
+def test_stop_kills_a_group_that_ignores_sigterm_and_leaves_no_child(tmp_path: Path) -> None:
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    started = time.monotonic()
+    assert canary.stop(proc, grace=1.0) == "SIGKILL after 1 s"
+    assert time.monotonic() - started < 5
+    assert proc.returncode == -signal.SIGKILL and gone(proc.pid)
+    proc.stdout.close()
+
+
+# ------------------------------------------------------------------ the canary's flags
+
+
+def test_canary_argv_replaces_the_target() -> None:
+    argv = canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert canary.flag_value(argv, canary.MODEL_FLAGS) == "/tiny/target"
+    assert argv[argv.index("--model-path") + 1] == "/tiny/target" and "/models/Kimi-K2.5-NVFP4" not in argv
+
+
+def test_canary_argv_replaces_the_draft_and_needs_one_when_the_plan_has_one() -> None:
+    argv = canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/tiny/draft" and "/models/eagle3" not in argv
+    with pytest.raises(canary.CanaryArgvError, match="no tiny draft"):
+        canary.canary_argv(PLAN, "/tiny/target", None, 30100, 0.1)
+    baseline = [a for a in PLAN if not a.startswith("--speculative") and a not in ("EAGLE3", "/models/eagle3", "3", "1", "4")]
+    assert "--speculative-draft-model-path" not in canary.canary_argv(baseline, "/t", "/tiny/draft", 30100, 0.1)
+
+
+def test_canary_argv_replaces_the_tokenizer_only_when_present() -> None:
+    assert "--tokenizer-path" not in canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    argv = canary.canary_argv([*PLAN, "--tokenizer-path", "/models/tok"], "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert argv[argv.index("--tokenizer-path") + 1] == "/tiny/target"
+
+
+def test_canary_argv_replaces_port_host_and_memory_fraction() -> None:
+    argv = canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert argv[argv.index("--port") + 1] == "30100"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.1"
+    with pytest.raises(canary.CanaryArgvError):
+        canary.canary_argv(PLAN, "/t", "/d", 30100, 1.5)
+
+
+def test_canary_argv_keeps_everything_else_in_place() -> None:
+    argv = canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert len(argv) == len(PLAN)
+    changed = {i for i, (a, b) in enumerate(zip(PLAN, argv)) if a != b}
+    assert [PLAN[i - 1] for i in sorted(changed)] == [
+        "--model-path", "--host", "--port", "--mem-fraction-static", "--speculative-draft-model-path",
+    ]  # fmt: skip
+
+
+def test_canary_argv_appends_what_the_plan_lacks() -> None:
+    argv = canary.canary_argv(["--tp-size", "2"], "/tiny/target", None, 30100, 0.1)
+    assert argv == [
+        "--tp-size",
+        "2",
+        "--model-path",
+        "/tiny/target",
+        "--port",
+        "30100",
+        "--host",
+        "127.0.0.1",
+        "--mem-fraction-static",
+        "0.1",
+    ]
+
+
+def test_canary_argv_handles_the_equals_spelling_and_aliases() -> None:
+    plan = [
+        "--model=/m",
+        "--speculative-draft-model=/d",
+        "--port=30000",
+        "--host=::",
+        "--mem-fraction-static=0.9",
+        "--tokenizer-path=/tok",
+        "--tp-size=8",
+    ]
+    argv = canary.canary_argv(plan, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert argv == [
+        "--model=/tiny/target", "--speculative-draft-model=/tiny/draft", "--port=30100", "--host=127.0.0.1",
+        "--mem-fraction-static=0.1", "--tokenizer-path=/tiny/target", "--tp-size=8",
+    ]  # fmt: skip
+
+
+def test_canary_argv_replaces_every_occurrence_and_refuses_a_flag_without_value() -> None:
+    argv = canary.canary_argv(["--port", "1", "--port", "2"], "/t", None, 30100, 0.1)
+    assert argv.count("30100") == 2 and canary.flag_value(argv, canary.PORT_FLAGS) == "30100"
+    with pytest.raises(canary.CanaryArgvError, match="--port has no value"):
+        canary.canary_argv(["--port"], "/t", None, 30100, 0.1)
+
+
+# ------------------------------------------------------------------ the Ansible module, through real Ansible
+
+
+def ansible_canary(tmp_path: Path, flags: tuple[str, ...] = (), **args: object) -> dict:
+    from test_modules import run_module
+
+    base = {
+        "python": sys.executable,
+        "module": "sglang_standin",
+        "argv": PLAN,
+        "env": FAST,
+        "log": str(tmp_path / "canary.log"),
+        "start_timeout": 20,
+        "request_timeout": 30,
+        "port": free_port(),
+        "mem_fraction": 0.05,
+        "target_model": str(tmp_path / "target"),
+        "draft_model": str(tmp_path / "draft"),
+    }
+    return run_module("sglang_canary", {**base, **args}, flags=flags)
+
+
+def test_the_module_serves_with_the_keys_file_and_returns_no_key(tmp_path: Path) -> None:
+    config = tmp_path / "api-keys.yaml"
+    config.write_text(f'api-key: "{KEY}"\n')
+    result = ansible_canary(tmp_path, argv=[*PLAN, "--config", str(config)], keys_file=str(config))
+    assert not result.get("failed"), result.get("msg")
+    assert result["ok"] and result["phase"] == "served" and result["changed"] is False
+    assert result["requests"]["concurrent_ok"] == 4 and gone(result["pid"])
+    assert KEY not in json.dumps(result) and KEY not in (tmp_path / "canary.log").read_text()
+
+
+def test_the_module_fails_naming_the_phase_and_check_mode_starts_nothing(tmp_path: Path) -> None:
+    failed = ansible_canary(tmp_path, env={**FAST, "SGLANG_STANDIN_MODE": "crash"})
+    assert failed["failed"] and failed["phase"] == "exited" and failed["exit_status"] == 1
+    assert failed["msg"].startswith("canary failed in phase exited") and "RuntimeError" in failed["msg"]
+    (tmp_path / "canary.log").unlink()
+    checked = ansible_canary(tmp_path, flags=("--check",))
+    assert not checked.get("failed") and checked["changed"] is False and checked["phase"] == "check mode"
+    assert checked["command"][:3] == [sys.executable, "-m", "sglang_standin"] and "--mem-fraction-static" in checked["argv"]
+    assert not (tmp_path / "canary.log").exists()
