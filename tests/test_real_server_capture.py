@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import bench_report
 import server_evidence
+
+import bench_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = ROOT / "tests/data/real-server/0.5.13-h200-toolkit"
