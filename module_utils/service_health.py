@@ -5,7 +5,6 @@ Plain Python, standard library only, no Ansible imports; library/sglang_health.p
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 import urllib.error
@@ -110,23 +109,16 @@ def poll(
         time.sleep(min(interval, max(0.1, deadline - time.monotonic())))
 
 
-# What systemd itself logs about a unit once its main process has ended (the journal's unit view
-# shows these beside the server's own lines).
-UNIT_ENDED = re.compile(r"Main process exited|Failed with result|Deactivated successfully|Scheduled restart job")
-
-
-def settled_journal(unit: str, since_epoch: Optional[float], lines: int, settle: float = 1.0, max_wait: float = 20.0) -> list[str]:
-    """The journal's tail once journald has caught up with a unit that ended: journald takes in a
-    unit's output and systemd's own lines about it asynchronously, and on a busy host it can be
-    seconds behind, so right after a crash its last lines (the error) may not be readable yet. Read
-    again every `settle` seconds, up to `max_wait`, until systemd's line about the end closes the tail
-    (it comes after everything the server printed) and two reads agree."""
+def settled_journal(unit: str, since_epoch: Optional[float], lines: int, settle: float = 1.0, max_wait: float = 6.0) -> list[str]:
+    """The journal's tail once it stops growing: journald takes in a unit's output asynchronously, so
+    right after a crash its last lines (the error) can still be on their way; read again every
+    `settle` seconds, up to `max_wait`, until two reads agree."""
     deadline = time.monotonic() + max_wait
     tail = journal(unit, since_epoch, lines)
     while time.monotonic() < deadline:
         time.sleep(settle)
         again = journal(unit, since_epoch, lines)
-        if again == tail and any(UNIT_ENDED.search(line) for line in again[-3:]):
+        if again == tail:
             break
         tail = again
     return tail
