@@ -117,7 +117,7 @@ runtime_findings:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.server_evidence import findings, judge, select_lines
-from ansible.module_utils.service_health import journal, poll, settled_journal
+from ansible.module_utils.service_health import journal, poll
 
 
 def main() -> None:
@@ -139,12 +139,6 @@ def main() -> None:
     result = poll(
         p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"], probe_timeout=p["probe_timeout"]
     )
-    # A crash's last lines (its error) may still be on their way into the journal: wait until it settles.
-    tail = (
-        settled_journal(p["unit"], p["started"], p["journal_lines"])
-        if result.crashed
-        else journal(p["unit"], p["started"], p["journal_lines"])
-    )
     optimisations = []
     if p["sglang_version"] and (result.healthy or result.crashed):
         lines = select_lines(journal(p["unit"], p["started"], 5000), p["sglang_version"])
@@ -152,7 +146,7 @@ def main() -> None:
     module.exit_json(
         changed=False,
         poll=result.to_dict(),
-        journal_tail=tail,
+        journal_tail=journal(p["unit"], p["started"], p["journal_lines"]),
         optimisations=optimisations,
         runtime_findings=findings(optimisations),
     )

@@ -107,18 +107,3 @@ def poll(
                 healthy, status, active, sub, restarts, round(time.time() - started, 1), tail[-1] if tail else "", crashed, phase, took
             )
         time.sleep(min(interval, max(0.1, deadline - time.monotonic())))
-
-
-def settled_journal(unit: str, since_epoch: Optional[float], lines: int, settle: float = 1.0, max_wait: float = 6.0) -> list[str]:
-    """The journal's tail once it stops growing: journald takes in a unit's output asynchronously, so
-    right after a crash its last lines (the error) can still be on their way; read again every
-    `settle` seconds, up to `max_wait`, until two reads agree."""
-    deadline = time.monotonic() + max_wait
-    tail = journal(unit, since_epoch, lines)
-    while time.monotonic() < deadline:
-        time.sleep(settle)
-        again = journal(unit, since_epoch, lines)
-        if again == tail:
-            break
-        tail = again
-    return tail
