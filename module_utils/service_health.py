@@ -73,12 +73,16 @@ def unit_state(unit: str) -> dict[str, str]:
 
 
 def journal(unit: str, since_epoch: Optional[float] = None, lines: int = 40, invocation: str = "") -> list[str]:
-    cmd = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines)]
+    """The unit's last `lines` journal lines (since `since_epoch`), oldest first. Read newest first
+    (--reverse) and turned around: with --since, journalctl's -n counts from the since point, so
+    `-n 30 --since X` gives the FIRST 30 lines after X (seen with systemd 252), and a start that
+    printed more than that would hide its crash."""
+    cmd = ["journalctl", "--no-pager", "-o", "cat", "--reverse", "-n", str(lines)]
     cmd += [f"_SYSTEMD_INVOCATION_ID={invocation}"] if invocation else ["-u", unit]
     if since_epoch is not None:
         cmd += ["--since", f"@{int(since_epoch)}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    return [line for line in proc.stdout.splitlines() if line.strip()]
+    return [line for line in reversed(proc.stdout.splitlines()) if line.strip()]
 
 
 def poll(

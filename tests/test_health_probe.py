@@ -82,3 +82,24 @@ def test_the_role_explains_every_phase_the_probe_reports() -> None:
 
     phases = yaml.safe_load((ROOT / "roles/sglang_service/vars/main.yml").read_text())["sglang_service_health_phases"]
     assert set(phases) == set(service_health.PHASES)
+
+
+def test_the_journal_tail_is_the_last_lines_since_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --since, journalctl's -n counts from the since point (systemd 252: `-n 30 --since X` gives
+    the first 30 lines after X), so a start that printed more hid its crash line. The tail is read
+    newest first and turned around."""
+    import subprocess
+
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        exited = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
+        newest_first = f"{exited}\nRuntimeError: crash\n\n[TP7] Load weight begin.\n"
+        return subprocess.CompletedProcess(cmd, 0, newest_first, "")
+
+    monkeypatch.setattr(service_health.subprocess, "run", fake_run)
+    tail = service_health.journal("sglang.service", 1000.0, 3)
+    assert tail == ["[TP7] Load weight begin.", "RuntimeError: crash", "sglang.service: Main process exited, code=exited, status=1/FAILURE"]
+    assert seen[0][:8] == ["journalctl", "--no-pager", "-o", "cat", "--reverse", "-n", "3", "-u"]
+    assert seen[0][-2:] == ["--since", "@1000"]
