@@ -28,9 +28,12 @@ NUM_PROMPTS, OUTPUT_LEN, CONCURRENCY = 12, 24, 3
 # takes ~10 steps (~250 ms) and the server's own timing dominates both clients' overheads (an
 # aiohttp event loop against a thread per request). Tolerances: output tok/s within 15% (the
 # run's wall time includes each client's scheduling, a few ms per request); median TTFT within
-# 25% or 10 ms (one step plus connection setup, where the clients differ most); median ITL within
-# 15% (both divide a chunk's gap by the tokens it added, as bench_serving defines it).
-TOK_S_REL, TTFT_REL, TTFT_ABS_MS, ITL_REL = 0.15, 0.25, 10.0, 0.15
+# 25% or 30 ms: the stand-in, like SGLang's scheduler, runs one forward pass at a time, so a request
+# that arrives during another's 25 ms decode step waits for it before its prefill, and two clients
+# whose requests arrive at other phases of the steps differ by up to one step (plus connection
+# setup); median ITL within 15% (both divide a chunk's gap by the tokens it added, as bench_serving
+# defines it).
+TOK_S_REL, TTFT_REL, TTFT_ABS_MS, ITL_REL = 0.15, 0.25, 30.0, 0.15
 
 
 @pytest.fixture()
