@@ -33,6 +33,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from installed import constraints_text, find_dist, install_argv, read_back, release_wheels, site_packages
+from upstream_reference import (
+    RECORDED,
+    ArchEntry,
+    ArchListError,
+    Reference,
+    ReferenceError,
+    UpstreamFile,
+    admitted_outside,
+    parse_requirement,
+    read_arch_list,
+)
 
 from build_pipeline import (
     BUILT_KINDS,
@@ -57,28 +68,42 @@ class RehearsalError(Exception):
     """A rehearsal check failed; the message names the artifact or file, expected and found."""
 
 
+class Unchecked(Exception):
+    """A check could not be made (an upstream file it needs was not read at its tag): reported as
+    UNCHECKED, never as a pass; the message says what was not checked and why."""
+
+
 @dataclass
 class Outcome:
     name: str
     ok: bool
     detail: str
+    unchecked: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return not self.ok and not self.unchecked
 
     def line(self) -> str:
-        return f"{'PASS' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+        return f"{'UNCHECKED' if self.unchecked else 'PASS' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
 
 def run_check(name: str, check: Callable[..., str], *args: Any, **kwargs: Any) -> Outcome:
-    """Run one check; any exception is its FAIL line (the message says why)."""
+    """Run one check; any exception is its FAIL line (the message says why), Unchecked its UNCHECKED line."""
     try:
         return Outcome(name, True, check(*args, **kwargs))
+    except Unchecked as exc:
+        return Outcome(name, False, " ".join(str(exc).split())[:3000], unchecked=True)
     except Exception as exc:
         text = str(exc).strip() or type(exc).__name__
         return Outcome(name, False, " ".join(text.split())[:3000])
 
 
 def summary(outcomes: Sequence[Outcome]) -> str:
-    failed = sum(1 for o in outcomes if not o.ok)
-    return f"{len(outcomes) - failed} passed, {failed} failed"
+    failed = sum(1 for o in outcomes if o.failed)
+    unchecked = sum(1 for o in outcomes if o.unchecked)
+    passed = len(outcomes) - failed - unchecked
+    return f"{passed} passed, {failed} failed" + (f", {unchecked} unchecked" if unchecked else "")
 
 
 # ---------------------------------------------------------------- facts of the upstream tags
@@ -104,29 +129,162 @@ def _spec(specs: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any]:
     return found
 
 
-def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
-    """Every built spec's build_requires (or a depends_on artifact) covers its tag's build requirements."""
+def git_source(spec: Mapping[str, Any]) -> tuple[str, str]:
+    """(owner/name, ref) of a spec's GitHub source."""
+    source = spec.get("source", {})
+    match = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(?:\.git)?/?", str(source.get("git", "")))
+    if not match or not source.get("ref"):
+        raise RehearsalError(f"{spec['name']}: source expected a GitHub git URL and a ref, found {dict(source)}")
+    return match.group(1), str(source["ref"])
+
+
+def reference_file(spec: Mapping[str, Any], facts: Mapping[str, Any], reference: Reference, key: str) -> UpstreamFile:
+    """The recorded upstream file `key` (a facts entry naming its path) at the spec's ref; a ref without
+    recorded files is refused (RehearsalError), a file not read at the tag is Unchecked."""
+    name = spec["name"]
+    repo, ref = git_source(spec)
+    value = fact(facts, name, key)
+    path = value["path"] if isinstance(value, Mapping) else value
+    if not path:
+        raise RehearsalError(f"{name}: tests/data/upstream-build-facts.yml names no {key} for it")
+    entry = reference.get(repo, ref, str(path))
+    if entry is None:
+        tags = reference.tags(repo)
+        raise RehearsalError(
+            f"{name}: source ref {ref} of {repo} has no recorded {path} ({reference.index} records "
+            f"{', '.join(tags) or 'no tag'} of {repo}): refused, nothing says what that ref builds"
+        )
+    if entry.status != RECORDED:
+        raise Unchecked(f"{name}: {entry.where()} was not read at the tag ({entry.reason})")
+    return entry
+
+
+def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], reference: Reference, name: str) -> str:
+    """The spec's build_requires (or a depends_on artifact) admit only versions its ref's [build-system]
+    requires admit (read from the recorded pyproject.toml, bounds included), and the facts' extra build
+    requirements likewise. A pyproject not read at the tag makes it UNCHECKED (after the extras are checked)."""
+    spec = _spec(specs, name)
     by_name = _by_name(specs)
-    problems, checked = [], []
-    for spec in specs:
-        if spec["name"] not in facts or "git" not in spec.get("source", {}):
+    needed: list[tuple[str, str]] = []
+    unchecked = ""
+    try:
+        entry = reference_file(spec, facts, reference, "build_system_file")
+        needed += [(r, f"{entry.where()} [build-system] requires") for r in entry.extract.get("build_system_requires", [])]
+    except Unchecked as exc:
+        unchecked = str(exc)
+    source = (facts.get(name, {}).get("extra_build_requires") or {}).get("source", {})
+    needed += [
+        (r, f"{source.get('repo')} {source.get('ref')} {source.get('path')} (facts)") for r in fact(facts, name, "extra_build_requires", [])
+    ]
+    have = {}
+    for text in spec.get("build_requires", []):
+        requirement = parse_requirement(text, f"{name}: build_requires")
+        have[normalize(requirement.name)] = requirement
+    provided = {normalize(by_name[d].get("package", d)) for d in spec.get("depends_on", []) if d in by_name}
+    problems, covered = [], []
+    for text, where in needed:
+        theirs = parse_requirement(text, where)
+        key = normalize(theirs.name)
+        if key in provided:
+            covered.append(f"{theirs.name} (depends_on)")
             continue
-        needed = [*fact(facts, spec["name"], "build_system_requires", []), *fact(facts, spec["name"], "dynamic_requires", [])]
-        have = {requirement_name(r) for r in spec.get("build_requires", [])}
-        provided = {normalize(by_name[d].get("package", d)) for d in spec.get("depends_on", []) if d in by_name}
-        missing = [r for r in needed if requirement_name(r) not in have | provided]
-        source = (facts[spec["name"]].get("build_system_requires") or {}).get("source", {})
-        if missing:
+        ours = have.get(key)
+        if ours is None:
             problems.append(
-                f"{spec['name']}: build_requires lacks {', '.join(missing)} (expected by {source.get('repo')} {source.get('ref')} "
-                f"{source.get('path')}; found build_requires {spec.get('build_requires', [])})"
+                f"{name}: build_requires lacks {text} (required by {where}; found build_requires {list(spec.get('build_requires', []))})"
             )
-        checked.append(f"{spec['name']} ({len(needed)})")
+            continue
+        try:
+            witness = admitted_outside(ours.specifier, theirs.specifier, f"{name}: {ours} vs {where}")
+        except ReferenceError as exc:
+            problems.append(str(exc))
+            continue
+        if witness is not None:
+            problems.append(
+                f"{name}: build_requires {ours} admits {theirs.name} {witness}, which the upstream bound {text} of {where} excludes "
+                f"(pip may install it, and the build's dependency check stops): expected bounds that admit nothing {text} excludes"
+            )
+        covered.append(str(ours))
     if problems:
         raise RehearsalError("; ".join(problems))
-    if not checked:
-        raise RehearsalError("no built spec has upstream facts (tests/data/upstream-build-facts.yml)")
-    return "build requirements covered for " + ", ".join(checked)
+    if unchecked:
+        raise Unchecked(
+            f"{unchecked}: its [build-system] requires and their bounds are not checked; "
+            f"the facts' extras are covered ({', '.join(covered) or 'none'})"
+        )
+    return f"{name}: {len(covered)} build requirements within upstream's bounds ({', '.join(covered)})"
+
+
+def check_source_identity(
+    specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], reference: Reference, stack: Mapping[str, Any], name: str
+) -> str:
+    """The version the spec's ref produces, read from that tag's recorded version file, is the version the stack needs."""
+    spec = _spec(specs, name)
+    _, ref = git_source(spec)
+    entry = reference_file(spec, facts, reference, "version_file")
+    key = (fact(facts, name, "version_file") or {}).get("key", "version")
+    version = entry.extract.get(key)
+    variable = str(fact(facts, name, "stack_version", ""))
+    if variable not in stack:
+        raise RehearsalError(f"{name}: the stack has no {variable or 'stack_version (facts)'} to compare {entry.where()} with")
+    needed = str(stack[variable])
+    if version is None:
+        raise RehearsalError(f"{name}: {entry.where()} recorded without {key!r} (the version the ref builds)")
+    if str(version) != needed:
+        raise RehearsalError(
+            f"{name}: source ref {ref} builds version {version} ({entry.where()}), the stack needs {needed} ({variable}): "
+            f"expected a ref whose {entry.path} says {needed}"
+        )
+    return f"{name}: ref {ref} builds {version} ({entry.where()}) = {variable}"
+
+
+def check_facts_agree(facts: Mapping[str, Any], reference: Reference) -> str:
+    """Every fact whose source is a recorded upstream file says what that file says (wheel tag strings,
+    environment variables, dependencies); a source file not read at its tag makes it UNCHECKED."""
+    problems, agreed, unchecked = [], [], []
+    for artifact, entries in facts.items():
+        if not isinstance(entries, Mapping) or "value" in entries:
+            continue
+        for key, entry in entries.items():
+            if not isinstance(entry, Mapping) or "source" not in entry:
+                continue
+            source = entry["source"]
+            upstream = reference.get(str(source.get("repo")), str(source.get("ref")), str(source.get("path")))
+            if upstream is None:
+                continue
+            where = f"tests/data/upstream-build-facts.yml {artifact}.{key}"
+            if key in ("build_system_file", "version_file", "stack_version", "source_subdir", "objects", "cmake_options"):
+                continue  # where to look, not what the file says
+            if upstream.status != RECORDED:
+                unchecked.append(f"{where} ({upstream.where()} not read)")
+                continue
+            value, found = entry.get("value"), upstream.extract
+            if key == "wheel_tag":
+                missing = [part for part in str(value).split("-") if part not in found.get("get_tag_strings", [])]
+                if missing:
+                    problems.append(
+                        f"{where}: wheel tag {value!r} has {', '.join(missing)}, which {upstream.where()} get_tag() does not name "
+                        f"(its strings: {', '.join(found.get('get_tag_strings', [])) or 'no get_tag'})"
+                    )
+            elif key in ("local_version_env", "requires_env", "arch_env") or (key == "version_from" and "env:" in str(value)):
+                variable = str(value).rsplit("env:", 1)[-1]
+                if variable not in found.get("environment", []):
+                    problems.append(
+                        f"{where}: expected {upstream.where()} to read {variable}, found it reads {found.get('environment', [])}"
+                    )
+            elif key == "runtime_requires":
+                if list(value or []) != list(found.get("project_dependencies", [])):
+                    problems.append(
+                        f"{where}: {value} differs from {upstream.where()} [project] dependencies {found.get('project_dependencies')}"
+                    )
+            else:
+                continue
+            agreed.append(f"{artifact}.{key}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    if unchecked:
+        raise Unchecked(f"{len(agreed)} facts agree with their recorded files; not checked: {'; '.join(unchecked)}")
+    return f"{len(agreed)} facts agree with their recorded upstream files"
 
 
 def check_cmake_options(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str:
@@ -363,18 +521,56 @@ def compile_object(cuda_home: Path, probe: Path, target: str, cache: Path) -> Pa
     return out
 
 
-def arch_target(spec: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
-    """The SM120 machine code the real build of `spec` makes: from its arch variable (12.0 -> sm_120,
-    12.0f -> sm_120f), else the tag's fact."""
+def arch_entries(spec: Mapping[str, Any], facts: Mapping[str, Any]) -> list[ArchEntry]:
+    """The spec's arch list read as its build reads it (TORCH_CUDA_ARCH_LIST as torch, FLASHINFER_CUDA_ARCH_LIST
+    as FlashInfer); [] when the build takes no arch variable or the spec sets none."""
     var = fact(facts, spec["name"], "arch_env")
-    value = str(spec.get("env", {}).get(var, "")) if var else ""
-    match = re.fullmatch(r"(\d+)\.(\d)([af]?)", value.split(";")[0].strip()) if value else None
-    if match:
-        return f"sm_{match.group(1)}{match.group(2)}{match.group(3)}"
+    value = spec.get("env", {}).get(var) if var else None
+    if value is None:
+        return []
+    try:
+        return read_arch_list(str(var), str(value))
+    except ArchListError as exc:
+        raise RehearsalError(f"{spec['name']}: env {var}={value!r}: {exc}") from None
+
+
+def arch_target(spec: Mapping[str, Any], facts: Mapping[str, Any], capability: str = "12.0") -> str:
+    """The machine code the real build of `spec` makes for `capability`: from its arch list (12.0 -> sm_120,
+    12.0a -> sm_120a, 12.0f -> sm_120f); a list without it gives its first entry's code (so verification
+    fails naming it); no arch variable: the tag's fact sm120_target."""
+    entries = arch_entries(spec, facts)
+    if entries:
+        return next((e.sm for e in entries if e.capability == capability), entries[0].sm)
     target = fact(facts, spec["name"], "sm120_target")
     if not target:
+        var = fact(facts, spec["name"], "arch_env")
         raise RehearsalError(f"{spec['name']}: no SM120 target (expected env {var or 'an arch list'} or the fact sm120_target)")
     return str(target)
+
+
+def check_arch_lists(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], capability: str) -> str:
+    """Each spec's arch variable, read as its build reads it, asks for `capability` (stack_cuda_arch)."""
+    problems, seen = [], []
+    for spec in specs:
+        var = fact(facts, spec["name"], "arch_env")
+        if not var or var not in spec.get("env", {}):
+            continue
+        try:
+            entries = arch_entries(spec, facts)
+        except RehearsalError as exc:
+            problems.append(str(exc))
+            continue
+        codes = ", ".join(e.sm + ("+PTX" if e.ptx else "") for e in entries)
+        if not any(e.capability == capability for e in entries):
+            problems.append(
+                f"{spec['name']}: env {var}={spec['env'][var]!r} reads as {codes}: expected {capability} (stack_cuda_arch) among them"
+            )
+        seen.append(f"{spec['name']} {var}={spec['env'][var]!r} -> {codes}")
+    if problems:
+        raise RehearsalError("; ".join(problems))
+    if not seen:
+        raise RehearsalError("no spec sets an arch variable (expected TORCH_CUDA_ARCH_LIST on torch)")
+    return "; ".join(seen)
 
 
 def _instantiate(pattern: str, real_names: Sequence[str]) -> list[str]:
@@ -409,8 +605,11 @@ def write_standin_tree(
     object_files: Mapping[str, Path],
     objects: Mapping[str, str],
     python_tag: str,
+    reference: Optional[Reference] = None,
 ) -> Path:
-    """A source tree laid out like the upstream's (sub-directory, pyproject) whose backend writes the stand-in wheel."""
+    """A source tree laid out like the upstream's (sub-directory, pyproject) whose backend writes the stand-in wheel:
+    [build-system] requires from the ref's recorded pyproject.toml (plus the facts' extra build requirements),
+    the base version from the ref's recorded version file (the stack's version where none was read)."""
     name = spec["name"]
     if name not in facts:
         raise RehearsalError(f"{name}: no upstream facts in tests/data/upstream-build-facts.yml (needed for its stand-in)")
@@ -425,10 +624,18 @@ def write_standin_tree(
         local = f"{target}.so"
         shutil.copy2(object_files[target], helper / local)
         sources[path] = local
-    keys = {"torch": ["stack_torch_version"], "sgl_kernel": ["stack_kernel_version", "stack_sgl_kernel_version"]}.get(
-        name, ["stack_flashinfer_version"]
-    )
-    base = str(next((stack[k] for k in keys if k in stack), ""))
+    base = str(stack.get(str(fact(facts, name, "stack_version", "")), ""))
+    upstream_requires: list[str] = []
+    if reference is not None:
+        for key in ("version_file", "build_system_file"):
+            try:
+                entry = reference_file(spec, facts, reference, key)
+            except Unchecked:
+                continue
+            if key == "version_file":
+                base = str(entry.extract.get((fact(facts, name, key) or {}).get("key", "version"), base))
+            else:
+                upstream_requires = list(entry.extract.get("build_system_requires", []))
     config = {
         "distribution": spec.get("package", name),
         "package": spec.get("package", name).replace("-", "_"),
@@ -441,7 +648,8 @@ def write_standin_tree(
         "objects": sources,
     }
     (helper / "standin.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    requires = ", ".join(json.dumps(r) for r in fact(facts, name, "build_system_requires", []) if requirement_name(r) != "torch")
+    wanted = dict.fromkeys([*upstream_requires, *fact(facts, name, "extra_build_requires", [])])
+    requires = ", ".join(json.dumps(r) for r in wanted if requirement_name(r) != "torch")
     lines = [
         "# STAND-IN source tree written by make rehearsal: the upstream's build requirements, a backend that writes a stand-in wheel",
         "[build-system]",
@@ -700,12 +908,18 @@ def check_release(result: Mapping[str, Any], venv: Path, expected: Mapping[str, 
     cuda = {normalize(e["distribution"]) for e in result.get("sm120_verification", [])}
     if not cuda:
         problems.append("expected sm_120 evidence of the installed CUDA artifacts, found none")
+    from elf_closure import role_allowlist, scan_venv  # every library of the release loads (issue 23, item 3)
+
+    closure = scan_venv(sites, allowlist=role_allowlist())
+    if closure.failure():
+        problems.append(str(closure.failure()))
     if problems:
         raise RehearsalError("release venv " + str(venv) + ": " + "; ".join(problems))
     files = sum(i["files_checked"] for i in result["installed"])
     return (
         ", ".join(f"{d} {installed[normalize(d)]['version']}" for d in expected)
         + f"; {', '.join(pins)}; RECORD read back ({files} files); sm_120 evidence from installed files of {', '.join(sorted(cuda))}"
+        + f"; {closure.objects} ELF objects load ({len(closure.allowed)} unloadable allowlisted)"
     )
 
 

@@ -206,12 +206,14 @@ def admitted_outside(ours: SpecifierSet, theirs: SpecifierSet, where: str) -> Op
 
     Both sets are unions of intervals over the versions named in either; one witness per interval
     (the boundaries, a release just above each and one below the lowest) decides it."""
-    points = sorted(set(_boundaries(ours, where)) | set(_boundaries(theirs, where)))
+    named = sorted(set(_boundaries(theirs, where)))
+    points = sorted(set(_boundaries(ours, where)) | set(named))
     candidates = set(points) | {_release_plus(p) for p in points}
     candidates.add(Version("0"))
     if not points:
         candidates.add(Version("1"))
-    for candidate in sorted(candidates):
+    # upstream's own boundaries first: the witness then reads as the bound it breaks (80.0 for <80.0)
+    for candidate in [*named, *sorted(candidates - set(named))]:
         if candidate.is_prerelease:
             continue
         if ours.contains(candidate) and not theirs.contains(candidate):

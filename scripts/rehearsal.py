@@ -4,8 +4,9 @@
     scripts/rehearsal.py            the full rehearsal (build venvs, sglang's dependency closure, release install)
     scripts/rehearsal.py --reduced  no build venvs, no closure download, no release install (for make test)
 
-Prints one line per check, `PASS <name>: ...` or `FAIL <name>: <cause>`, then `N passed, M failed`;
-exits 1 when a check failed. The production specs are rendered by Ansible from
+Prints one line per check, `PASS <name>: ...`, `FAIL <name>: <cause>` or `UNCHECKED <name>: <what
+could not be checked and why>` (an upstream file not read at its tag), then `N passed, M failed`
+(`, K unchecked` when some were); exits 1 when a check failed. The production specs are rendered by Ansible from
 inventory/production. Work and caches live in $SGLANG_TOOLKIT_CACHE/rehearsal (.cache/rehearsal).
 See docs/testing.md "Rehearsal".
 """
@@ -30,16 +31,19 @@ import yaml  # noqa: E402
 from rehearsal import (  # noqa: E402
     Outcome,
     build_in_process,
+    check_arch_lists,
     check_build_requires,
     check_cmake_options,
     check_cuda_arch_matches_cuobjdump,
     check_cuda_pins,
+    check_facts_agree,
     check_flashinfer_arch,
     check_local_versions,
     check_nvidia_keys,
     check_ours_wins,
     check_poll_not_recursive,
     check_release,
+    check_source_identity,
     check_triton_pin,
     check_upstream_rejected,
     compile_object,
@@ -55,6 +59,7 @@ from rehearsal import (  # noqa: E402
     verify_standin,
     write_standin_tree,
 )
+from upstream_reference import load_reference  # noqa: E402
 
 from build_pipeline import (  # noqa: E402
     BuildSpecError,
@@ -66,6 +71,7 @@ from build_pipeline import (  # noqa: E402
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 WORK = CACHE / "rehearsal"
 FACTS = ROOT / "tests" / "data" / "upstream-build-facts.yml"
+UPSTREAM = ROOT / "tests" / "data" / "upstream" / "index.yml"
 FIXTURE = ROOT / "tests" / "fixtures" / "rehearsal-standins"
 PROBE = ROOT / "tests" / "fixtures" / "sm120-probe" / "probe.cu"
 REAL = CACHE / "real-wheels"
@@ -139,7 +145,7 @@ def main(argv: list[str]) -> int:
     def finish() -> int:
         print(f"(rehearsal{' --reduced' if args.reduced else ''} took {time.monotonic() - began:.0f} s)", flush=True)
         print(summary(outcomes), flush=True)
-        return 1 if any(not o.ok for o in outcomes) else 0
+        return 1 if any(o.failed for o in outcomes) else 0
 
     rendered: dict[str, Any] = {}
 
@@ -152,6 +158,7 @@ def main(argv: list[str]) -> int:
         return finish()
     specs, stack = rendered["specs"], rendered["stack"]
     facts = yaml.safe_load(FACTS.read_text(encoding="utf-8"))
+    reference = load_reference(UPSTREAM, yaml.safe_load(UPSTREAM.read_text(encoding="utf-8")))
     cuda_home = CACHE / f"cuda-toolkit-{stack['stack_cuda_version']}" / "toolkit"
     context = {
         "cuda_version": stack["stack_cuda_version"],
@@ -165,8 +172,13 @@ def main(argv: list[str]) -> int:
         return "order " + " -> ".join(p.name for p in planned)
 
     report(run_check("plan", do_plan))
-    # -- each spec's options against the facts of its upstream tag
-    report(run_check("facts build-requires", check_build_requires, specs, facts))
+    # -- each spec against upstream's own files at its ref (tests/data/upstream), and the facts they cannot give
+    report(run_check("facts agree with upstream files", check_facts_agree, facts, reference))
+    for name in CUDA_SPECS:
+        if name in {s["name"] for s in specs}:
+            report(run_check(f"upstream build-requires {name}", check_build_requires, specs, facts, reference, name))
+            report(run_check(f"upstream version {name}", check_source_identity, specs, facts, reference, stack, name))
+    report(run_check("arch lists", check_arch_lists, specs, facts, stack["stack_cuda_arch"]))
     report(run_check("facts cmake-args", check_cmake_options, specs, facts))
     report(run_check("facts triton-pin", check_triton_pin, specs, facts))
     report(run_check("facts flashinfer-arch", check_flashinfer_arch, specs, facts, stack["stack_cuda_version"]))
@@ -212,7 +224,7 @@ def main(argv: list[str]) -> int:
         compiled = {t: compile_object(cuda_home, PROBE, t, WORK / "objects") for t in targets}
         for name, objs in objects.items():
             trees[name] = write_standin_tree(
-                by_name[name], facts, stack, WORK / "src" / name, FIXTURE / "standin_backend.py", compiled, objs, tag
+                by_name[name], facts, stack, WORK / "src" / name, FIXTURE / "standin_backend.py", compiled, objs, tag, reference
             )
         return f"stand-in source trees for {', '.join(trees)}; CUDA objects {', '.join(targets)} (nvcc {cuda_home})"
 
