@@ -18,6 +18,13 @@ description:
   - The sm_120 evidence is read from the installed shared objects with the build's reader and the
     spec's verify rules.
   - O(install=false) only reads back (an existing venv against the given artifacts).
+  - Then checks that every ELF shared object and executable in the venv's site-packages can load on
+    this host (module_utils/elf_closure.py) - each DT_NEEDED resolved as ld.so would, through the
+    object's RPATH/RUNPATH (C($ORIGIN) expanded), O(library_dirs), the libraries of torch/lib and
+    nvidia/*/lib, the ld.so.cache and the default directories, glibc and the NVIDIA driver's
+    libraries being always present - and fails naming each package, object and library that cannot
+    be found (e.g. C(torchvision/_C.so needs libcudart.so.12) on a CUDA-13 host), unless the package
+    or object is in O(closure_allowlist).
 options:
   venv:
     description: The release venv.
@@ -54,6 +61,23 @@ options:
   cuobjdump:
     description: cuobjdump to read GPU code with (else the built-in reader).
     type: path
+  library_dirs:
+    description:
+      - Host directories the release's processes search first (the service's C(LD_LIBRARY_PATH), the CUDA toolkit's lib64).
+    type: list
+    elements: path
+    default: []
+  closure_allowlist:
+    description:
+      - Packages (C(torchvision)) or a package's objects (C(nvidia-nvshmem-cu13:nvidia/nvshmem/lib/nvshmem_transport_*), a glob
+        of paths relative to site-packages) whose unloadable libraries do not fail the release, each with the reason.
+      - A key without a non-empty reason is refused.
+    type: dict
+    default: {}
+  check_closure:
+    description: Run the library check (false skips it, saying so in RV(library_closure)).
+    type: bool
+    default: true
 attributes:
   check_mode:
     description: Not supported; in check mode Ansible skips the module.
@@ -100,6 +124,22 @@ sm120_verification:
         in /opt/sglang/releases/0002-1a2b3c4d/venv/lib/python3.12/site-packages
       witness: cuobjdump
       shared_objects: [{path: torch/lib/libtorch_cuda.so, gpu_code: [sm_120], cudart_major: 13, rule: must carry the target}]
+library_closure:
+  description: What the library check read and found; C(allowed) the unloadable libraries of allowlisted packages, with the reason.
+  type: dict
+  returned: success
+  sample:
+    site_packages: [/opt/sglang/releases/0002-1a2b3c4d/venv/lib/python3.12/site-packages]
+    objects_checked: 412
+    host_dirs: [/usr/local/cuda-13.0/lib64]
+    ld_cache_entries: 549
+    unmet: []
+    allowed:
+      - >-
+        nvidia-nvshmem-cu13 3.4.5: nvidia/nvshmem/lib/nvshmem_transport_ucx.so.3 needs libucs.so.0, which nothing on this host
+        provides (searched: ...) (allowed: NVSHMEM's remote transports, dlopen()ed only for multi-node NVSHMEM)
+    allowlist_unused: []
+    other_abi_files: 0
 argv:
   description: The pip command.
   type: list
@@ -114,7 +154,8 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.installed import InstallError, constraints_text, install_argv, read_back, release_wheels
+from ansible.module_utils.elf_closure import ClosureError, scan_venv
+from ansible.module_utils.installed import InstallError, constraints_text, install_argv, read_back, release_wheels, site_packages
 
 
 def main() -> None:
@@ -129,6 +170,9 @@ def main() -> None:
             find_links=dict(type="list", elements="path", default=[]),
             log=dict(type="path"),
             cuobjdump=dict(type="path"),
+            library_dirs=dict(type="list", elements="path", default=[]),
+            closure_allowlist=dict(type="dict", default={}),
+            check_closure=dict(type="bool", default=True),
         ),
         supports_check_mode=False,
     )
@@ -152,7 +196,15 @@ def main() -> None:
                     msg=f"pip install of the verified wheels failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}", **result
                 )
         result.update(read_back(p["venv"], wheels, p["cuobjdump"]))
-    except (InstallError, OSError, subprocess.CalledProcessError) as exc:
+        if p["check_closure"]:
+            closure = scan_venv(site_packages(p["venv"]), host_dirs=p["library_dirs"], allowlist=p["closure_allowlist"])
+            result["library_closure"] = closure.summary()
+            failure = closure.failure()
+            if failure:
+                module.fail_json(msg=f"the release venv {p['venv']}: {failure}", **result)
+        else:
+            result["library_closure"] = {"skipped": "check_closure is false"}
+    except (InstallError, ClosureError, OSError, subprocess.CalledProcessError) as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(changed=p["install"], **result)
 
