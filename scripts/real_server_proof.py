@@ -140,7 +140,7 @@ def main() -> int:
 
     target_cfg, draft_cfg = SHAPES[args.shape]
     t = time.monotonic()
-    models = tiny_models.ensure(work / "models", ROOT / target_cfg, ROOT / draft_cfg, ROOT / "tests/fixtures/tokenizer")
+    models = tiny_models.ensure(work / "models", ROOT / target_cfg, ROOT / draft_cfg, ROOT / "files/tokenizer")
     summary["models"] = {
         "seconds": round(time.monotonic() - t, 2),
         "key": models["key"],

@@ -1,6 +1,6 @@
 """SGLang's own bench_serving (the real 0.5.9, from .cache/sglang/0.5.9) and the toolkit's client
 measure the same stand-in server (TEST FIXTURE, 127.0.0.1) with the same prompts, output length and
-concurrency, and agree; bench_serving loads the small local test tokenizer (tests/fixtures/tokenizer)
+concurrency, and agree; bench_serving loads the small local test tokenizer (files/tokenizer)
 offline, as the lab host does.
 """
 
@@ -22,7 +22,7 @@ from bench_report import ACCEPT_SOURCE_BENCH_SERVING, load_run, summarize
 from conftest import ROOT
 
 PROMPTS = ROOT / "files/benchmark/prompts.json"
-TOKENIZER = ROOT / "tests/fixtures/tokenizer"
+TOKENIZER = ROOT / "files/tokenizer"
 NUM_PROMPTS, OUTPUT_LEN, CONCURRENCY = 12, 24, 3
 # The stand-in sleeps 20 ms x 1.25 per speculative step and emits 2.5 tokens per step, so a request
 # takes ~10 steps (~250 ms) and the server's own timing dominates both clients' overheads (an
