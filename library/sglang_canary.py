@@ -19,6 +19,8 @@ description:
     from O(keys_file) when given). Healthy only when every request completes.
   - The server is always stopped (SIGTERM to the group, up to 60 s, then SIGKILL), also on failure;
     no process is left. The keys are replaced by C(<redacted>) in O(log) and in everything returned.
+  - The placement (O(policy)) is decided first; beside a serving server the canary's C(--mem-fraction-static) is
+    raised by what that server holds, since SGLang sizes its memory from the whole GPU.
   - Fails with a message naming the phase it stopped in (C(port closed), C(503), C(no answer),
     C(exited) with the exit status, C(requests), C(port in use), C(not started)) and quoting the last
     line of the log; the result's fields are returned with the failure too.
@@ -86,6 +88,49 @@ options:
     description: How many requests are sent at once after the streamed one.
     type: int
     default: 4
+  env_files:
+    description:
+      - The unit's EnvironmentFile= paths, read in order as systemd reads them (C(KEY=VALUE), quoted values,
+        comments; a leading C(-) makes a missing file empty); O(env) is applied over them.
+      - Read on the host by this module (root), so a 0600 secrets file is read as the unit's would be; no value is returned.
+    type: list
+    elements: str
+    default: []
+  user:
+    description: Run the server as this user and its primary group (the unit's C(User=)); empty runs it as the module's user.
+    type: str
+    default: ""
+  policy:
+    description:
+      - Where the canary runs. C(off) runs nothing. C(switch-window) runs it only when O(gpus_freed) (the caller
+        stopped the serving server). C(beside) runs it next to the serving server and fails, starting nothing, when
+        a GPU it uses has less than O(mem_fraction) + O(headroom) of its memory free. C(auto) runs it beside when
+        memory allows, else returns RV(placement.mode)=C(switch-window) without running, for the caller to stop the
+        serving server and call again with O(gpus_freed).
+    type: str
+    choices: [auto, beside, switch-window, "off"]
+    default: auto
+  gpus_freed:
+    description: The serving server has been stopped; the canary runs at O(mem_fraction) whatever the GPUs show.
+    type: bool
+    default: false
+  gpu_query:
+    description: Read each GPU's memory with nvidia-smi for the placement (false on a host without GPUs, e.g. the lab).
+    type: bool
+    default: true
+  headroom:
+    description: >-
+      Share of each GPU, above O(mem_fraction), that must be free to run beside the serving server (SGLang keeps
+      1 - C(--mem-fraction-static) of the whole GPU for activations, counted against free memory).
+    type: float
+    default: 0.05
+  kv_cache_dtype:
+    description: C(--kv-cache-dtype) for the canary where the launch flags leave it unset or C(auto) (the tiny models' launch hint).
+    type: str
+  sglang_version:
+    description: The release's SGLang version, whose log lines RV(evidence) is judged by (module_utils/server_evidence.py).
+    type: str
+    default: ""
 attributes:
   check_mode:
     description: Starts nothing; returns the command that would run and its argv.
@@ -113,11 +158,41 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ok:
-  description: Whether the server became healthy and completed every canary request.
+ran:
+  description: Whether the canary server was started (false for C(off), and for a switch window not yet freed).
   type: bool
   returned: always
   sample: true
+placement:
+  description: Where it runs (C(beside), C(switch-window), C(off)), the C(--mem-fraction-static) it gets, why, and each GPU's memory read.
+  type: dict
+  returned: always
+  sample:
+    mode: beside
+    mem_fraction: 0.1
+    reason: "GPU memory not read (no GPU required on this host): beside the serving server"
+    gpus: []
+ok:
+  description: Whether the server became healthy and completed every canary request; null when it did not run.
+  type: bool
+  returned: always
+  sample: true
+evidence:
+  description: >-
+    What the canary showed: C(backends) (the resolved attention, MoE, sampling backends, KV dtype, CUDA-graph and
+    speculative settings, from /server_info or the logged server args) and C(optimisations) (server_evidence's
+    verdict per optimisation, CUDA graphs always).
+  type: dict
+  returned: when it ran
+  sample:
+    backends: {source: /server_info, values: {attention_backend: flashinfer, kv_cache_dtype: fp8_e4m3, disable_cuda_graph: false}}
+    optimisations: [{name: cuda graphs, verdict: "yes", evidence: ["Capture cuda graph end. Time elapsed: 12.3 s"], note: ""}]
+    sglang_version: 0.5.9
+server_info:
+  description: The canary's /server_info answer while healthy (keys redacted); null when it had none.
+  type: dict
+  returned: when it ran
+  sample: {version: 0.5.9, attention_backend: triton, tp_size: 1, api_key: <redacted>}
 phase:
   description:
     - Where it ended (C(served) when ok; else C(port closed), C(503), C(no answer), C(HTTP <n>), C(exited), C(requests),
@@ -212,9 +287,37 @@ url:
   sample: http://127.0.0.1:30100
 """
 
+import os
+import shutil
+import subprocess
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bench_client import KeysFileError, read_keys
-from ansible.module_utils.canary import DEFAULT_PROMPTS, CanaryArgvError, canary_argv, run_canary
+from ansible.module_utils.canary import (
+    DEFAULT_PROMPTS,
+    GPU_QUERY,
+    POLICIES,
+    CanaryArgvError,
+    EnvFileError,
+    canary_argv,
+    canary_gpus,
+    parse_gpu_memory,
+    place,
+    read_env_file,
+    run_canary,
+)
+
+
+def gpu_memory(module: AnsibleModule):
+    if shutil.which(GPU_QUERY[0]) is None:
+        module.fail_json(
+            msg="gpu_query: nvidia-smi is not on PATH, so the GPUs' free memory cannot be read (gpu_query=false on a host without GPUs)"
+        )
+    try:
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=f"{' '.join(GPU_QUERY)} failed: {exc}")
+    return parse_gpu_memory(out)
 
 
 def main() -> None:
@@ -234,31 +337,63 @@ def main() -> None:
             keys_file=dict(type="path", no_log=False),
             prompts=dict(type="list", elements="str", default=list(DEFAULT_PROMPTS)),
             concurrency=dict(type="int", default=4),
+            env_files=dict(type="list", elements="str", default=[]),
+            user=dict(type="str", default=""),
+            policy=dict(type="str", default="auto", choices=list(POLICIES)),
+            gpus_freed=dict(type="bool", default=False),
+            gpu_query=dict(type="bool", default=True),
+            headroom=dict(type="float", default=0.05),
+            kv_cache_dtype=dict(type="str"),
+            sglang_version=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
     p = module.params
     try:
-        argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], p["mem_fraction"])
+        env: dict[str, str] = {}
+        for path in p["env_files"]:
+            values = read_env_file(path)
+            env.update(values)
+            if os.path.exists(path.lstrip("-")) and not os.stat(path.lstrip("-")).st_mode & 0o004:
+                module.no_log_values.update(v for v in values.values() if v)  # a file others cannot read holds secrets
+        env.update({str(k): str(v) for k, v in p["env"].items()})
         keys = read_keys(p["keys_file"]) if p["keys_file"] else {}
         module.no_log_values.update(v for v in keys.values() if v)
-    except (CanaryArgvError, KeysFileError, OSError) as exc:
+        if p["gpus_freed"] or p["policy"] in ("off", "switch-window"):
+            placement = place("switch-window" if p["gpus_freed"] else p["policy"], None, [], p["mem_fraction"], p["headroom"])
+        else:
+            gpus = gpu_memory(module) if p["gpu_query"] else None
+            placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["headroom"])
+        argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], placement.mem_fraction, p["kv_cache_dtype"])
+    except (CanaryArgvError, EnvFileError, KeysFileError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     command = [p["python"], "-m", p["module"], *argv]
+    ready = placement.mode == "beside" or (placement.mode == "switch-window" and p["gpus_freed"])
+    if not ready:
+        why = placement.reason if placement.mode == "off" else f"not run yet: {placement.reason}"
+        module.exit_json(
+            changed=False, ran=False, ok=None, phase="not run", message=why, placement=placement.to_dict(), command=command, argv=argv
+        )
     if module.check_mode:
-        module.exit_json(changed=False, ok=None, phase="check mode", message="check mode: nothing started", command=command, argv=argv)
+        module.exit_json(
+            changed=False, ran=False, ok=None, phase="check mode", message="check mode: nothing started", placement=placement.to_dict(),
+            command=command, argv=argv,
+        )  # fmt: skip
     result = run_canary(
         p["python"],
         p["module"],
         argv,
-        p["env"],
+        env,
         p["log"],
         p["start_timeout"],
         p["request_timeout"],
         p["prompts"],
         keys=keys,
         concurrency=p["concurrency"],
+        user=p["user"] or None,
+        sglang_version=p["sglang_version"] or None,
     ).to_dict()
+    result.update(ran=True, placement=placement.to_dict())
     if not result["ok"]:
         msg = result.pop("message")
         module.fail_json(msg=msg, message=msg, changed=False, **result)

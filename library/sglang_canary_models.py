@@ -26,12 +26,21 @@ description:
     architecture the generator does not know (naming it and the ones it knows).
 options:
   target_model_path:
-    description: The real target model's directory (only its C(config.json) and C(hf_quant_config.json) are read).
+    description:
+      - The real target model's directory (only its C(config.json) and C(hf_quant_config.json) are read).
+      - Default, the C(--model-path) of O(argv); one of the two is required.
     type: path
-    required: true
   draft_model_path:
-    description: The real EAGLE-3 draft's directory (its C(config.json)); without it no draft is written.
+    description:
+      - The real EAGLE-3 draft's directory (its C(config.json)); without it no draft is written.
+      - Default, the C(--speculative-draft-model-path) of O(argv).
     type: path
+  argv:
+    description:
+      - The release's launch flags (the launch plan's argv), read with the canary's own flag reader for the model and
+        draft paths and the TP size where those options are not given.
+    type: list
+    elements: str
   tokenizer_path:
     description: A small tokenizer directory (C(tokenizer.json), C(tokenizer_config.json)); its vocabulary is the tiny models'.
     type: path
@@ -41,9 +50,17 @@ options:
     type: path
     required: true
   tp_size:
-    description: The tensor-parallel size the canary will run at; heads and MLP widths are sized so each rank gets a usable share.
+    description:
+      - The tensor-parallel size the canary will run at; heads and MLP widths are sized so each rank gets a usable share.
+      - Default, the C(--tp-size) of O(argv), else 1.
     type: int
-    default: 1
+  unknown_architecture:
+    description: >-
+      What an architecture the generator does not know (target or draft) does: C(fail) fails naming it and the ones it
+      knows; C(skip) succeeds with RV(generated)=false and RV(skipped_reason) naming it, writing nothing.
+    type: str
+    choices: [fail, skip]
+    default: fail
 attributes:
   check_mode:
     description: Reads the configs and the manifest and reports whether a run would write, writing nothing.
@@ -65,6 +82,21 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+generated:
+  description: Whether the tiny models exist for these inputs (false only when an unknown architecture was skipped).
+  type: bool
+  returned: always
+  sample: true
+unknown_architecture:
+  description: The architecture the generator does not know, when it stopped on one.
+  type: str
+  returned: when skipped or failed for it
+  sample: MistralForCausalLM
+skipped_reason:
+  description: Why no tiny models were written (the file, the architecture and the known ones).
+  type: str
+  returned: when skipped
+  sample: "/data/m/config.json: names architecture 'MistralForCausalLM', which the tiny-model generator does not know; ..."
 key:
   description: sha256 of everything the tiny models are made from (the manifest's key).
   type: str
@@ -133,33 +165,51 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.tiny_models import TinyModelError, ensure
+from ansible.module_utils.canary import DRAFT_FLAGS, MODEL_FLAGS, TP_FLAGS, flag_value
+from ansible.module_utils.tiny_models import TinyModelError, UnknownArchitectureError, ensure
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            target_model_path=dict(type="path", required=True),
+            target_model_path=dict(type="path"),
             draft_model_path=dict(type="path"),
+            argv=dict(type="list", elements="str"),
             tokenizer_path=dict(type="path", required=True),
             dest=dict(type="path", required=True),
-            tp_size=dict(type="int", default=1),
+            tp_size=dict(type="int"),
+            unknown_architecture=dict(type="str", default="fail", choices=["fail", "skip"]),
         ),
+        required_one_of=[("target_model_path", "argv")],
         supports_check_mode=True,
     )
     p = module.params
+    argv = p["argv"] or []
+    target = p["target_model_path"] or flag_value(argv, MODEL_FLAGS)
+    draft = p["draft_model_path"] or flag_value(argv, DRAFT_FLAGS)
+    if not target:
+        module.fail_json(msg="argv: the launch flags have no --model-path, so the target's config.json cannot be read")
+    try:
+        tp_size = int(p["tp_size"] or flag_value(argv, TP_FLAGS) or 1)
+    except ValueError:
+        module.fail_json(msg=f"argv: --tp-size must be a number, found {flag_value(argv, TP_FLAGS)!r}")
     try:
         result = ensure(
             p["dest"],
-            p["target_model_path"],
-            draft_dir=p["draft_model_path"],
+            target,
+            draft_dir=draft,
             tokenizer_dir=p["tokenizer_path"],
-            tp_size=p["tp_size"],
+            tp_size=tp_size,
             check_mode=module.check_mode,
         )
+    except UnknownArchitectureError as exc:
+        if p["unknown_architecture"] == "fail":
+            module.fail_json(msg=f"{exc}; the canary cannot run (unknown_architecture=fail)", unknown_architecture=exc.architecture)
+        reason = f"{exc}; the canary is skipped"
+        module.exit_json(changed=False, generated=False, unknown_architecture=exc.architecture, skipped_reason=reason)
     except (TinyModelError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    module.exit_json(generated=True, **result)
 
 
 if __name__ == "__main__":

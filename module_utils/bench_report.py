@@ -372,8 +372,75 @@ def build_report(
             "error": seen.get("error") or ("" if seen else f"no evidence recorded for profile {configured_profile}"),
         },
         "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
+        "canary": canary_summary(manifest.get("canary")),
         "history": [dict(h) for h in history],
     }
+
+
+CANARY_ACCEPT_NOTE = "meaningless on random weights (the tiny draft guesses at chance); never gated on"
+
+
+def canary_summary(record: Any) -> dict[str, Any]:
+    """The start canary as the release's manifest recorded it (role sglang_canary's outcome), for the
+    report: whether it ran, where, how it ended and how long it took, the backends and optimisations
+    it showed (server_evidence's judge), the tiny models' differences; the accept length kept but
+    marked meaningless. A release with no record says so."""
+    if not isinstance(record, Mapping):
+        return {
+            "ran": False,
+            "mode": "not recorded",
+            "reason": "no start canary recorded for this release (made before the canary existed)",
+        }
+    evidence = record.get("evidence") if isinstance(record.get("evidence"), Mapping) else {}
+    backends = evidence.get("backends") if isinstance(evidence.get("backends"), Mapping) else {}
+    models = record.get("models") if isinstance(record.get("models"), Mapping) else {}
+    return {
+        "ran": bool(record.get("ran")),
+        "ok": record.get("ok"),
+        "mode": record.get("mode") or "-",
+        "reason": record.get("reason") or "",
+        "phase": record.get("phase") or "",
+        "message": record.get("message") or "",
+        "seconds": record.get("seconds"),
+        "healthy_at": record.get("healthy_at"),
+        "mem_fraction": (record.get("placement") or {}).get("mem_fraction") if isinstance(record.get("placement"), Mapping) else None,
+        "backends_source": backends.get("source") or "",
+        "backends": dict(backends.get("values") or {}),
+        "optimisations": [dict(o) for o in evidence.get("optimisations") or [] if isinstance(o, Mapping)],
+        "accept_length": record.get("accept_length"),
+        "accept_note": CANARY_ACCEPT_NOTE,
+        "models": {"target": models.get("target") or "", "draft": models.get("draft") or "", "key": models.get("key") or ""},
+        "differences": [str(d) for d in models.get("differences") or []],
+        "log": record.get("log") or "",
+    }
+
+
+def canary_lines(canary: Mapping[str, Any]) -> list[str]:
+    """The report's "Start canary" section."""
+    lines = ["", "## Start canary", ""]
+    if not canary.get("ran"):
+        lines.append(f"- **skipped** ({_md(canary.get('mode') or '-')}): {_md(canary.get('reason') or '-')}")
+        return lines
+    outcome = "served" if canary.get("ok") else f"FAILED in phase {_md(canary.get('phase') or '-')}"
+    lines.append(
+        f"- **{outcome}** {canary.get('mode')} the serving server, in {_fmt(canary.get('seconds'))} s "
+        f"(healthy after {_fmt(canary.get('healthy_at'))} s), --mem-fraction-static {_fmt(canary.get('mem_fraction'), 2)}; "
+        f"tiny {_md(canary['models'].get('target') or '-')} target, {_md(canary['models'].get('draft') or 'no')} draft"
+    )
+    if canary.get("message"):
+        lines.append(f"- {_md(canary['message'])}")
+    values = canary.get("backends") or {}
+    shown = ", ".join(f"{k} {_md(v)}" for k, v in values.items() if v not in (None, "")) or "none shown"
+    lines.append(f"- backends (from {_md(canary.get('backends_source') or '-')}): {shown}")
+    for opt in canary.get("optimisations") or []:
+        why = "; ".join(str(e) for e in opt.get("evidence") or []) or opt.get("note") or ""
+        lines.append(f"- {_md(opt.get('name'))}: **{_md(opt.get('verdict'))}**{': ' + _md(why) if why else ''}")
+    accept = canary.get("accept_length")
+    lines.append(f"- accept length {_fmt(accept, 2) if accept is not None else '-'}: {_md(canary['accept_note'])}")
+    if canary.get("differences"):
+        lines.append("- what the tiny models do not exercise of the real ones:")
+        lines += [f"  - {_md(d)}" for d in canary["differences"]]
+    return lines
 
 
 # The optimisations, their evidence (SGLang's lines and /server_info fields per version) and the
@@ -553,6 +620,7 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         lines.append(f"- {opt['name']} ({asked}): **{opt['state']}**: {_md(why)}")
     if not report["optimisations"]:
         lines.append("- none requested by the flags")
+    lines += canary_lines(report.get("canary") or canary_summary(None))
     return "\n".join(lines) + "\n"
 
 

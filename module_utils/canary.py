@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,8 +35,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 try:  # inside Ansible (AnsiballZ ships them as ansible.module_utils.*)
-    from ansible.module_utils import bench_client, service_health  # type: ignore[import-not-found]
+    from ansible.module_utils import bench_client, server_evidence, service_health  # type: ignore[import-not-found]
 except ImportError:  # plain Python: module_utils/ is on sys.path
+    import server_evidence  # type: ignore[no-redef]
     import service_health  # type: ignore[no-redef]
 
     import bench_client  # type: ignore[no-redef]
@@ -47,6 +49,9 @@ TOKENIZER_FLAGS = ("--tokenizer-path",)
 PORT_FLAGS = ("--port",)
 HOST_FLAGS = ("--host",)
 MEM_FLAGS = ("--mem-fraction-static",)
+KV_DTYPE_FLAGS = ("--kv-cache-dtype",)
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
+PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
 CANARY_HOST = "127.0.0.1"
 
 PHASES = {
@@ -92,6 +97,8 @@ class CanaryResult:
     log: str = ""
     log_tail: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
+    server_info: Optional[dict[str, Any]] = None  # /server_info (or /get_server_info) while healthy, redacted
+    evidence: dict[str, Any] = field(default_factory=dict)  # canary_evidence: backends and optimisations it showed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,13 +144,17 @@ def flag_value(argv: Sequence[str], names: Sequence[str]) -> Optional[str]:
     return value
 
 
-def canary_argv(plan_argv: Sequence[str], target: str, draft: Optional[str], port: int, mem_fraction: float) -> list[str]:
+def canary_argv(
+    plan_argv: Sequence[str], target: str, draft: Optional[str], port: int, mem_fraction: float, kv_cache_dtype: Optional[str] = None
+) -> list[str]:
     """The release's launch flags with the model paths replaced by the tiny models' (``--model-path``,
     ``--speculative-draft-model-path``, ``--tokenizer-path`` when present: the tiny target holds the
     tokenizer's files), ``--port`` port, ``--host`` 127.0.0.1, ``--mem-fraction-static`` mem_fraction;
     every other flag kept exactly, in its place (TP size, backends, speculative settings, --config).
     A flag absent from the plan is appended. A plan with a draft needs a tiny draft; a draft without a
-    draft flag in the plan is not added (the release does not speculate)."""
+    draft flag in the plan is not added (the release does not speculate). kv_cache_dtype (the tiny
+    models' launch hint: the real checkpoint declares an fp8 KV cache that SGLang's "auto" would pick)
+    is passed only where the plan leaves --kv-cache-dtype unset or "auto"."""
     if not 0.0 < mem_fraction < 1.0:
         raise CanaryArgvError(f"mem_fraction must be between 0 and 1, found {mem_fraction}")
     if not 0 < int(port) < 65536:
@@ -160,6 +171,8 @@ def canary_argv(plan_argv: Sequence[str], target: str, draft: Optional[str], por
         if not draft:
             raise CanaryArgvError("the launch flags have --speculative-draft-model-path but no tiny draft was given")
         replacements.append((DRAFT_FLAGS, str(draft), False))
+    if kv_cache_dtype and (flag_value(argv, KV_DTYPE_FLAGS) or "auto") == "auto":
+        replacements.append((KV_DTYPE_FLAGS, str(kv_cache_dtype), True))
     missing = [[names[0], value] for names, value, append in replacements if not _replace(argv, names, value) and append]
     for pair in missing:  # appended after every replacement, so that no appended value is taken for one
         argv += pair
@@ -187,6 +200,279 @@ def _redact(value: Any, forms: Sequence[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return [_redact(v, forms) for v in value]
     return value
+
+
+# ------------------------------------------------------------------ the unit's environment
+
+
+class EnvFileError(ValueError):
+    """An EnvironmentFile the canary must read cannot be read."""
+
+
+def _unquote(value: str) -> str:
+    """A value as systemd reads it: "double" (backslash escapes) or 'single' quoted, else as written."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        out, i, inner = [], 0, value[1:-1]
+        while i < len(inner):
+            if inner[i] == "\\" and i + 1 < len(inner):
+                nxt = inner[i + 1]
+                out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+                i += 2
+            else:
+                out.append(inner[i])
+                i += 1
+        return "".join(out)
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1]
+    return value
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """An EnvironmentFile= as systemd reads what this toolkit writes: KEY=VALUE lines, # and ;
+    comments, blank lines, values plain or quoted. A leading "-" on the path (as in the unit) makes a
+    missing file empty. Raises EnvFileError naming the file and line for anything else."""
+    optional = path.startswith("-")
+    path = path[1:] if optional else path
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        if optional:
+            return {}
+        raise EnvFileError(f"{path}: the environment file of the release is missing") from None
+    except OSError as exc:
+        raise EnvFileError(f"{path}: {exc.strerror or exc}") from exc
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise EnvFileError(f"{path} line {number}: expected KEY=VALUE, found {line[:60]!r}")
+        env[name] = _unquote(value.strip())
+    return env
+
+
+def _as_user(user: Optional[str]) -> dict[str, Any]:
+    """Popen's arguments that run the child as `user` with its primary group and no other group."""
+    if not user:
+        return {}
+    import pwd
+
+    entry = pwd.getpwnam(user)  # KeyError: no such user
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+# ------------------------------------------------------------------ where it runs
+
+
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,memory.total,memory.used,memory.free", "--format=csv,noheader,nounits"]
+POLICIES = ("auto", "beside", "switch-window", "off")
+MAX_BESIDE_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    total_mib: int
+    used_mib: int
+    free_mib: int
+
+
+def parse_gpu_memory(text: str) -> list[GpuMemory]:
+    """What GPU_QUERY prints (one "index, total, used, free" line per GPU, MiB); CanaryArgvError
+    naming the line for anything else."""
+    gpus = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        cells = [c.strip() for c in raw.split(",")]
+        if len(cells) != 4 or not all(c.isdigit() for c in cells):
+            raise CanaryArgvError(
+                f"nvidia-smi line {number}: expected 'index, memory.total, memory.used, memory.free' in MiB, found {raw!r}"
+            )
+        gpus.append(GpuMemory(*(int(c) for c in cells)))
+    return gpus
+
+
+def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
+    """The physical GPU indices the server of these flags uses: tp x pp ranks from --base-gpu-id
+    (SGLang's default 0), through CUDA_VISIBLE_DEVICES when it lists indices."""
+    tp = int(flag_value(argv, TP_FLAGS) or 1)
+    pp = int(flag_value(argv, PP_FLAGS) or 1)
+    base = int(flag_value(argv, ("--base-gpu-id",)) or 0)
+    logical = list(range(base, base + tp * pp))
+    visible = str(env.get("CUDA_VISIBLE_DEVICES") or "").strip()
+    if not visible:
+        return logical
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(i.isdigit() for i in ids):
+        raise CanaryArgvError(f"CUDA_VISIBLE_DEVICES={visible!r}: the canary reads GPU indices only (not UUIDs)")
+    if logical and logical[-1] >= len(ids):
+        raise CanaryArgvError(
+            f"the flags use GPUs {logical[0]}-{logical[-1]} (--base-gpu-id {base}, tp x pp {tp * pp}), "
+            f"but CUDA_VISIBLE_DEVICES={visible!r} makes {len(ids)} visible"
+        )
+    return [int(ids[i]) for i in logical]
+
+
+@dataclass
+class Placement:
+    """Where the canary runs: ``beside`` the serving server, in the ``switch-window`` (after the
+    serving server stopped, GPUs free), or ``off``; with the --mem-fraction-static it gets and why."""
+
+    mode: str
+    mem_fraction: float
+    reason: str
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def place(policy: str, gpus: Optional[Sequence[GpuMemory]], used: Sequence[int], mem_fraction: float, headroom: float) -> Placement:
+    """Decide where the canary runs.
+
+    SGLang sizes its memory from --mem-fraction-static of the WHOLE GPU and keeps (1 - fraction) of the
+    whole GPU for activations, counted against what is free (ModelRunner: rest = free - total x
+    (1 - fraction)). Beside a server that holds `used` MiB, the canary therefore needs
+    fraction = used/total + mem_fraction, and each of its GPUs needs mem_fraction + headroom of the GPU
+    free. gpus None: memory not read (no GPU required here), beside at mem_fraction.
+    Policies: off; switch-window (always after the serving server stopped); beside (refused with the
+    reason when memory does not allow: CanaryArgvError); auto (beside when memory allows, else the
+    switch window)."""
+    if policy not in POLICIES:
+        raise CanaryArgvError(f"sglang_canary_policy: expected one of {', '.join(POLICIES)}, found {policy!r}")
+    if policy == "off":
+        return Placement("off", mem_fraction, "sglang_canary_policy is off")
+    if policy == "switch-window":
+        return Placement("switch-window", mem_fraction, "sglang_canary_policy is switch-window: the serving server is stopped first")
+    if gpus is None:
+        return Placement("beside", mem_fraction, "GPU memory not read (no GPU required on this host): beside the serving server")
+    by_index = {g.index: g for g in gpus}
+    missing = [i for i in used if i not in by_index]
+    if missing:
+        raise CanaryArgvError(f"the canary needs GPUs {list(used)}, but nvidia-smi lists {sorted(by_index)}")
+    short, fraction, rows = [], mem_fraction, []
+    for index in used:
+        g = by_index[index]
+        need = (mem_fraction + headroom) * g.total_mib
+        rows.append({"index": index, "total_mib": g.total_mib, "used_mib": g.used_mib, "free_mib": g.free_mib, "need_mib": int(need)})
+        if g.free_mib < need:
+            short.append(f"GPU {index} has {g.free_mib} MiB free of {g.total_mib}, the canary needs {int(need)}")
+        fraction = max(fraction, (g.total_mib - g.free_mib) / g.total_mib + mem_fraction)
+    fraction = min(MAX_BESIDE_FRACTION, -(-round(fraction * 1000) // 10) / 100)  # up to the next 0.01
+    if not short:
+        return Placement(
+            "beside", fraction, f"every GPU it uses has {mem_fraction + headroom:.2f} of its memory free: beside the serving server", rows
+        )
+    why = "; ".join(short)
+    if policy == "beside":
+        raise CanaryArgvError(
+            f"sglang_canary_policy beside: {why} (mem_fraction {mem_fraction} + headroom {headroom}); "
+            "nothing was switched: free the memory, or set sglang_canary_policy to auto or switch-window"
+        )
+    return Placement("switch-window", mem_fraction, f"{why}: in the switch window, after the serving server stopped", rows)
+
+
+# ------------------------------------------------------------------ what it showed
+
+# The resolved choices a start failure on this hardware depends on, as SGLang reports them in
+# /server_info (top level up to 0.5.2x, internal_states[0] too) and in its logged server_args.
+BACKEND_FIELDS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "speculative_draft_attention_backend",
+    "speculative_attention_mode",
+    "sampling_backend",
+    "moe_runner_backend",
+    "moe_a2a_backend",
+    "fp8_gemm_runner_backend",
+    "fp4_gemm_runner_backend",
+    "grammar_backend",
+    "kv_cache_dtype",
+    "page_size",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "tp_size",
+    "mem_fraction_static",
+)
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().splitlines()
+    except OSError:
+        return []
+
+
+def _server_info(url: str, api_key: Optional[str]) -> Optional[dict[str, Any]]:
+    for path in ("/server_info", "/get_server_info"):
+        text = bench_client._get(url, path, api_key)
+        if text is None:
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return server_evidence.redact(data)
+    return None
+
+
+def _literal(raw: str) -> Any:
+    """A value as Python's repr of the server args wrote it (True, None, 'text', 8, 0.1)."""
+    constants = {"True": True, "False": False, "None": None}
+    if raw in constants:
+        return constants[raw]
+    return raw[1:-1] if raw[:1] == "'" else json.loads(raw)
+
+
+def backends(server_info: Optional[Mapping[str, Any]], log_lines: Sequence[str]) -> dict[str, Any]:
+    """BACKEND_FIELDS as the server resolved them: /server_info when it answered, else the server args
+    it logged at start; only the fields that version has."""
+    if isinstance(server_info, Mapping):
+        states = server_info.get("internal_states")
+        inner = states[0] if isinstance(states, list) and states and isinstance(states[0], Mapping) else {}
+        found = {k: server_info[k] for k in BACKEND_FIELDS if k in server_info}
+        found.update({k: inner[k] for k in BACKEND_FIELDS if k in inner and k not in found})
+        if found:
+            return {"source": "/server_info", "values": found}
+    marker = re.compile(server_evidence.SERVER_ARGS_LINE)
+    for line in log_lines:
+        if marker.search(line):
+            found = {}
+            for name in BACKEND_FIELDS:
+                m = re.search(rf"(?:\b{name}=|'{name}': )(True|False|None|'[^']*'|-?\d+(?:\.\d+)?)", line)
+                if m:
+                    raw = m.group(1)
+                    found[name] = _literal(raw)
+            return {"source": "server log (server_args)", "values": found}
+    return {"source": "none: no /server_info answer and no server_args line in the log", "values": {}}
+
+
+def canary_evidence(
+    log_lines: Sequence[str], argv: Sequence[str], server_info: Optional[Mapping[str, Any]], sglang_version: Optional[str]
+) -> dict[str, Any]:
+    """What the canary showed, judged as the report judges the serving server: the backends it
+    resolved, and server_evidence.judge's verdict per optimisation (CUDA graphs always)."""
+    lines = [str(x) for x in log_lines]
+    return {
+        "backends": backends(server_info, lines),
+        "optimisations": [
+            {k: r[k] for k in ("name", "verdict", "evidence", "note")}
+            for r in server_evidence.judge(argv, lines, server_info, sglang_version or None)
+        ],
+        "sglang_version": sglang_version or "",
+    }
 
 
 # ------------------------------------------------------------------ the process
@@ -335,10 +621,14 @@ def run_canary(
     cwd: Optional[str] = None,
     probe_timeout: float = PROBE_TIMEOUT,
     stop_grace: float = STOP_GRACE,
+    user: Optional[str] = None,
+    sglang_version: Optional[str] = None,
 ) -> CanaryResult:
     """Start ``python -m module argv`` (env added to this process's environment, PYTHONUNBUFFERED=1
     unless set), wait for /health on argv's --host/--port, send the requests, stop it; see the module
     docstring. keys: the service's keys by flag name (bench_client.read_keys); "api-key" is sent.
+    user: run the server as this user and its primary group, no other groups (as the unit's User=;
+    only root can), else as this process. sglang_version: the version whose lines canary_evidence reads.
     Never raises for what the server does; the server is stopped whatever happens."""
     prompts = [str(p) for p in (prompts or ()) if str(p)] or list(DEFAULT_PROMPTS)
     forms = _secret_forms(keys)
@@ -370,13 +660,15 @@ def run_canary(
                         env=child_env,
                         cwd=cwd,
                         start_new_session=True,  # its own process group: stop() ends all of it
+                        **_as_user(user),
                     )
-                except OSError as exc:
-                    detail = f"{command[0]}: {exc.strerror or exc}"
+                except (OSError, KeyError) as exc:
+                    detail = f"{command[0]}: {exc.strerror if isinstance(exc, OSError) else 'no such user ' + str(user)}"
             if proc is not None:
                 result.pid = proc.pid
                 _watch_start(proc, url, result, t0, start_timeout, probe_timeout)
             if proc is not None and result.healthy_at is not None:
+                result.server_info = _server_info(url, api_key)
                 result.requests = _requests(url, prompts, api_key, concurrency, request_timeout)
                 served = result.requests["streamed_ok"] and result.requests["concurrent_ok"] == result.requests["concurrent_total"]
                 if proc.poll() is not None:
@@ -399,5 +691,9 @@ def run_canary(
             if forms:
                 bench_client.redact_keys_in_file(str(log_path), forms)
             result.log_tail = _tail(str(log_path))
+            try:
+                result.evidence = canary_evidence(_lines(str(log_path)), argv, result.server_info, sglang_version)
+            except Exception as exc:  # evidence is a report's, never a reason to leave the result unsaid
+                result.evidence = {"error": f"{type(exc).__name__}: {exc}"}
     result.message = _message(result, start_timeout, detail)
     return CanaryResult(**_redact(result.to_dict(), forms))

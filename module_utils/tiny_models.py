@@ -63,6 +63,14 @@ class TinyModelError(Exception):
     """The tiny models cannot be planned or written; the message names the file and the reason."""
 
 
+class UnknownArchitectureError(TinyModelError):
+    """The target or draft names an architecture the generator does not know (a canary may be skipped by policy)."""
+
+    def __init__(self, message: str, architecture: str) -> None:
+        super().__init__(message)
+        self.architecture = architecture
+
+
 # --------------------------------------------------------------------------------------------
 # Reading the sources
 # --------------------------------------------------------------------------------------------
@@ -298,9 +306,10 @@ def _text_config(target: SourceModel, differences: list[str]) -> tuple[str, dict
                 text[key] = config[key]
         return inner, text
     if architecture not in (*MLA_TARGETS, *DENSE_TARGETS):
-        raise TinyModelError(
+        raise UnknownArchitectureError(
             f"{target.config_file}: names architecture '{architecture}', which the tiny-model generator does not know; "
-            f"it knows: {', '.join(KNOWN_TARGETS)}"
+            f"it knows: {', '.join(KNOWN_TARGETS)}",
+            architecture,
         )
     return architecture, dict(config)
 
@@ -580,9 +589,10 @@ def _dense_plan(source: SourceModel, text: dict[str, Any], arch: str, tokenizer:
 
 def _check_draft_architecture(draft: SourceModel) -> str:
     if draft.architecture not in KNOWN_DRAFTS:
-        raise TinyModelError(
+        raise UnknownArchitectureError(
             f"{draft.config_file}: names architecture '{draft.architecture}', which the tiny-model generator does not know "
-            f"for a draft; it knows: {', '.join(KNOWN_DRAFTS)}"
+            f"for a draft; it knows: {', '.join(KNOWN_DRAFTS)}",
+            draft.architecture,
         )
     return draft.architecture
 

@@ -365,6 +365,57 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "client: bench_serving (SGLang 0.5.9)." in md
 
 
+CANARY = {
+    "ran": True,
+    "ok": True,
+    "mode": "beside",
+    "reason": "every GPU it uses has 0.15 of its memory free: beside the serving server",
+    "placement": {"mode": "beside", "mem_fraction": 0.11},
+    "phase": "served",
+    "message": "canary served: healthy at 141.2 s, the streamed request and 4/4 concurrent requests completed",
+    "seconds": 143.9,
+    "healthy_at": 141.2,
+    "evidence": {
+        "backends": {
+            "source": "/server_info",
+            "values": {"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3", "page_size": None},
+        },
+        "optimisations": [{"name": "cuda graphs", "verdict": "yes", "evidence": ["server log: Capture cuda graph end."], "note": ""}],
+    },
+    "accept_length": 1.03,
+    "models": {
+        "key": "k" * 64,
+        "target": "DeepseekV3ForCausalLM",
+        "draft": "LlamaForCausalLMEagle3",
+        "differences": ["vision tower: left out"],
+    },
+    "log": "/opt/sglang/releases/0002-abcdef12/logs/canary.log",
+}
+
+
+def test_the_report_shows_the_start_canary_and_never_reads_its_accept_length_as_a_figure() -> None:
+    figures = figures_for({"baseline": 90, "eagle3": 120})
+    v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
+    report = build_report("gpu-1", {**MANIFEST, "canary": CANARY}, figures, v, "eagle3", [], {})
+    canary = report["canary"]
+    assert canary["ran"] and canary["ok"] and canary["mode"] == "beside" and canary["mem_fraction"] == 0.11
+    assert canary["backends"] == {"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3", "page_size": None}
+    assert canary["accept_length"] == 1.03 and "meaningless on random weights" in canary["accept_note"]
+    md = render_markdown(report)
+    assert "## Start canary" in md and "**served** beside the serving server, in 143.9 s (healthy after 141.2 s)" in md
+    assert "- backends (from /server_info): attention_backend flashinfer, kv_cache_dtype fp8_e4m3" in md and "page_size" not in md
+    assert "- cuda graphs: **yes**: server log: Capture cuda graph end." in md
+    assert "- accept length 1.03: meaningless on random weights" in md and "  - vision tower: left out" in md
+    assert v["status"] == "pass"  # the gate read the benchmark's figures, not the canary's
+    failed = build_report("gpu-1", {**MANIFEST, "canary": {**CANARY, "ok": False, "phase": "exited"}}, figures, v, "eagle3", [], {})
+    assert "**FAILED in phase exited**" in render_markdown(failed)
+    skipped = {"ran": False, "mode": "skipped", "reason": "no start canary: the release was already current or proven good before"}
+    md = render_markdown(build_report("gpu-1", {**MANIFEST, "canary": skipped}, figures, v, "eagle3", [], {}))
+    assert "- **skipped** (skipped): no start canary: the release was already current" in md
+    md = render_markdown(build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {}))
+    assert "- **skipped** (not recorded): no start canary recorded for this release" in md
+
+
 def test_the_report_dir_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     target = tmp_path / "report"
     report = {"release": "r1"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,7 +70,16 @@ def run(
 ) -> canary.CanaryResult:
     argv = canary.canary_argv([*PLAN, *(extra or [])], target or str(tmp_path / "target"), str(tmp_path / "draft"), free_port(), 0.05)
     return canary.run_canary(
-        sys.executable, "sglang_standin", argv, {**FAST, **env}, str(tmp_path / "canary.log"), start_timeout, 30, ["Hello"], keys=keys
+        sys.executable,
+        "sglang_standin",
+        argv,
+        {**FAST, **env},
+        str(tmp_path / "canary.log"),
+        start_timeout,
+        30,
+        ["Hello"],
+        keys=keys,
+        sglang_version="0.5.9",
     )
 
 
@@ -93,6 +103,13 @@ def test_a_healthy_canary_goes_port_closed_then_503_then_healthy_and_answers(tmp
     assert "fired up and ready to roll" in log and len(result.log_tail) <= 25
     # The server got the canary's flags: its own port, the tiny target, the small memory fraction.
     assert f"port={result.url.rsplit(':', 1)[1]}" in log and "mem_fraction_static=0.05" in log and str(tmp_path / "target") in log
+    # What it showed, judged as the report judges the serving server: the backends it resolved and CUDA graphs.
+    assert result.server_info is not None
+    backends = result.evidence["backends"]
+    assert backends["source"] == "/server_info" and backends["values"]["attention_backend"] == "triton"
+    assert backends["values"]["speculative_algorithm"] == "EAGLE3" and backends["values"]["tp_size"] == 8
+    verdicts = {o["name"]: o["verdict"] for o in result.evidence["optimisations"]}
+    assert verdicts["speculative decoding"] == "yes" and "cuda graphs" in verdicts
 
 
 def test_a_crash_is_phase_exited_with_its_status_and_last_log_line(tmp_path: Path) -> None:
@@ -270,6 +287,7 @@ def ansible_canary(tmp_path: Path, flags: tuple[str, ...] = (), **args: object) 
         "mem_fraction": 0.05,
         "target_model": str(tmp_path / "target"),
         "draft_model": str(tmp_path / "draft"),
+        "gpu_query": False,
     }
     return run_module("sglang_canary", {**base, **args}, flags=flags)
 
@@ -293,3 +311,102 @@ def test_the_module_fails_naming_the_phase_and_check_mode_starts_nothing(tmp_pat
     assert not checked.get("failed") and checked["changed"] is False and checked["phase"] == "check mode"
     assert checked["command"][:3] == [sys.executable, "-m", "sglang_standin"] and "--mem-fraction-static" in checked["argv"]
     assert not (tmp_path / "canary.log").exists()
+
+
+# ------------------------------------------------------------------ the unit's environment, and where it runs
+
+
+def test_the_environment_files_are_read_as_systemd_reads_them(tmp_path: Path) -> None:
+    env = tmp_path / "sglang.env"
+    env.write_text(
+        "# comment\n; another\n\nCUDA_HOME=/usr/local/cuda-13.0\nPATH=/r/venv/bin:/usr/bin\n"
+        'QUOTED="a \\"b\\" c\\\\d"\nSINGLE=\'x y\'\nEMPTY=\n'
+    )
+    assert canary.read_env_file(str(env)) == {
+        "CUDA_HOME": "/usr/local/cuda-13.0", "PATH": "/r/venv/bin:/usr/bin", "QUOTED": 'a "b" c\\d', "SINGLE": "x y", "EMPTY": "",
+    }  # fmt: skip
+    assert canary.read_env_file("-" + str(tmp_path / "absent.env")) == {}
+    with pytest.raises(canary.EnvFileError, match=r"absent\.env: the environment file of the release is missing"):
+        canary.read_env_file(str(tmp_path / "absent.env"))
+    env.write_text("export FOO=1\n")
+    with pytest.raises(canary.EnvFileError, match="line 1: expected KEY=VALUE"):
+        canary.read_env_file(str(env))
+
+
+GPUS = "0, 97887, 85000, 12887\n1, 97887, 85000, 12887\n2, 97887, 500, 97387\n3, 97887, 500, 97387\n"
+
+
+def test_gpu_memory_and_the_gpus_the_flags_use() -> None:
+    gpus = canary.parse_gpu_memory(GPUS)
+    assert [g.index for g in gpus] == [0, 1, 2, 3] and gpus[0].free_mib == 12887
+    with pytest.raises(canary.CanaryArgvError, match="nvidia-smi line 1"):
+        canary.parse_gpu_memory("0, 97887 MiB, 1, 2")
+    assert canary.canary_gpus(["--tp-size", "2"], {}) == [0, 1]
+    assert canary.canary_gpus(["--tp-size", "2", "--base-gpu-id", "2"], {}) == [2, 3]
+    assert canary.canary_gpus(["--tp-size", "2"], {"CUDA_VISIBLE_DEVICES": "3,1"}) == [3, 1]
+    with pytest.raises(canary.CanaryArgvError, match="makes 1 visible"):
+        canary.canary_gpus(["--tp-size", "2"], {"CUDA_VISIBLE_DEVICES": "3"})
+
+
+def test_placement_beside_raises_the_fraction_by_what_the_serving_server_holds() -> None:
+    gpus = canary.parse_gpu_memory(GPUS)
+    free = canary.place("auto", gpus, [2, 3], 0.1, 0.05)
+    assert free.mode == "beside" and free.mem_fraction == 0.11  # 500 MiB held: 0.0051 + 0.1, up to the next 0.01
+    assert [g["need_mib"] for g in free.gpus] == [14683, 14683]
+    busy = canary.place("auto", gpus, [0, 1], 0.1, 0.05)
+    assert busy.mode == "switch-window" and busy.mem_fraction == 0.1
+    assert "GPU 0 has 12887 MiB free of 97887, the canary needs 14683" in busy.reason
+    with pytest.raises(canary.CanaryArgvError, match="sglang_canary_policy beside: GPU 0 has 12887 MiB free"):
+        canary.place("beside", gpus, [0, 1], 0.1, 0.05)
+    roomy = canary.place("beside", gpus, [0], 0.1, 0.02)  # 13.2 % free >= 12 % needed: 0.87 held + 0.1
+    assert roomy.mode == "beside" and roomy.mem_fraction == 0.95  # capped: SGLang keeps the rest for activations
+    assert canary.place("switch-window", gpus, [2], 0.1, 0.05).mode == "switch-window"
+    assert canary.place("off", gpus, [2], 0.1, 0.05).mode == "off"
+    assert canary.place("auto", None, [0], 0.1, 0.05).mode == "beside"
+    with pytest.raises(canary.CanaryArgvError, match="expected one of auto, beside, switch-window, off"):
+        canary.place("sometimes", gpus, [0], 0.1, 0.05)
+    with pytest.raises(canary.CanaryArgvError, match="nvidia-smi lists"):
+        canary.place("auto", gpus, [7], 0.1, 0.05)
+
+
+def test_the_kv_cache_hint_applies_only_where_the_flags_leave_it_to_auto() -> None:
+    hinted = canary.canary_argv(PLAN, "/t", "/d", 30100, 0.1, kv_cache_dtype="fp8_e4m3")
+    assert canary.flag_value(hinted, canary.KV_DTYPE_FLAGS) == "fp8_e4m3"
+    auto = canary.canary_argv([*PLAN, "--kv-cache-dtype", "auto"], "/t", "/d", 30100, 0.1, kv_cache_dtype="fp8_e4m3")
+    assert auto.count("--kv-cache-dtype") == 1 and canary.flag_value(auto, canary.KV_DTYPE_FLAGS) == "fp8_e4m3"
+    kept = canary.canary_argv([*PLAN, "--kv-cache-dtype", "bf16"], "/t", "/d", 30100, 0.1, kv_cache_dtype="fp8_e4m3")
+    assert canary.flag_value(kept, canary.KV_DTYPE_FLAGS) == "bf16"
+
+
+def test_backends_from_the_logged_server_args_when_server_info_is_missing() -> None:
+    line = "[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/m', attention_backend='flashinfer', kv_cache_dtype='auto', tp_size=8)"
+    found = canary.backends(None, ["noise", line])
+    assert found == {
+        "source": "server log (server_args)",
+        "values": {"attention_backend": "flashinfer", "kv_cache_dtype": "auto", "tp_size": 8},
+    }
+    assert canary.backends(None, ["noise"])["values"] == {}
+
+
+def test_the_module_runs_the_server_with_the_unit_environment_files_and_says_where_it_ran(tmp_path: Path) -> None:
+    env = tmp_path / "sglang.env"
+    env.write_text("".join(f'{k}="{v}"\n' for k, v in FAST.items()) + "SGLANG_STANDIN_MODE=crash\n")
+    failed = ansible_canary(tmp_path, env={}, env_files=[str(env), "-" + str(tmp_path / "secrets.env")])
+    assert failed["failed"] and failed["ran"] and failed["phase"] == "exited"  # the crash came from the env file
+    assert failed["placement"]["mode"] == "beside" and "no GPU required" in failed["placement"]["reason"]
+    served = ansible_canary(tmp_path, env={"SGLANG_STANDIN_MODE": "healthy"}, env_files=[str(env)])  # env wins over the files
+    assert not served.get("failed"), served.get("msg")
+    assert served["ran"] and served["ok"] and served["evidence"]["backends"]["values"]["attention_backend"] == "triton"
+    window = ansible_canary(tmp_path, policy="switch-window")
+    assert not window.get("failed") and window["ran"] is False and window["ok"] is None
+    assert window["placement"]["mode"] == "switch-window" and window["message"].startswith("not run yet")
+    freed = ansible_canary(tmp_path, policy="switch-window", gpus_freed=True)
+    assert not freed.get("failed"), freed.get("msg")
+    assert freed["ran"] and freed["ok"] and freed["placement"]["mode"] == "switch-window"
+    off = ansible_canary(tmp_path, policy="off")
+    assert off["ran"] is False and off["placement"]["mode"] == "off"
+    missing = ansible_canary(tmp_path, env_files=[str(tmp_path / "gone.env")])
+    assert missing["failed"] and "gone.env: the environment file of the release is missing" in missing["msg"]
+    no_smi = ansible_canary(tmp_path, gpu_query=True, module="sglang_standin")
+    if not shutil.which("nvidia-smi"):
+        assert no_smi["failed"] and "nvidia-smi is not on PATH" in no_smi["msg"]

@@ -26,7 +26,7 @@ KIMI = MODELS / "kimi-k2.5-nvfp4"
 KIMI_DRAFT = MODELS / "kimi-k2.5-eagle3"
 LLAMA = MODELS / "llama-3.1-8b-instruct"
 LLAMA_DRAFT = MODELS / "llama-3.1-8b-eagle3"
-TOKENIZER = ROOT / "tests" / "fixtures" / "tokenizer"
+TOKENIZER = ROOT / "files" / "tokenizer"
 DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1}
 
 # Shaped like Qwen2.5-7B-Instruct's and Qwen3-8B's config.json (public values; config only, inline
@@ -512,3 +512,22 @@ def test_module_writes_then_reports_no_change(tmp_path: Path) -> None:
     assert run_module(args)["changed"] is False
     bad = run_module({**args, "target_model_path": str(tmp_path / "nowhere")})
     assert bad.get("failed") and str(tmp_path / "nowhere") in bad["msg"]
+
+
+def test_module_reads_the_paths_from_the_launch_flags_and_skips_an_unknown_architecture_by_policy(tmp_path: Path) -> None:
+    argv = ["--model-path", str(LLAMA), "--tp-size", "2", "--speculative-draft-model-path", str(LLAMA_DRAFT)]
+    from_flags = run_module({"argv": argv, "tokenizer_path": str(TOKENIZER), "dest": str(tmp_path / "m")})
+    assert not from_flags.get("failed"), from_flags.get("msg")
+    assert from_flags["generated"] is True and from_flags["plan"]["tp_size"] == 2 and from_flags["draft"] == str(tmp_path / "m" / "draft")
+    mystery = tmp_path / "mystery"
+    mystery.mkdir()
+    (mystery / "config.json").write_text(json.dumps({"architectures": ["MysteryForCausalLM"], "hidden_size": 8}))
+    args = {"argv": ["--model-path", str(mystery)], "tokenizer_path": str(TOKENIZER), "dest": str(tmp_path / "x")}
+    skipped = run_module({**args, "unknown_architecture": "skip"})
+    assert not skipped.get("failed") and skipped["generated"] is False and skipped["changed"] is False
+    assert skipped["unknown_architecture"] == "MysteryForCausalLM" and "the canary is skipped" in skipped["skipped_reason"]
+    refused = run_module(args)
+    assert refused["failed"] and "'MysteryForCausalLM'" in refused["msg"] and "the canary cannot run" in refused["msg"]
+    assert not (tmp_path / "x").exists()
+    no_model = run_module({"argv": ["--tp-size", "2"], "tokenizer_path": str(TOKENIZER), "dest": str(tmp_path / "y")})
+    assert no_model["failed"] and "no --model-path" in no_model["msg"]
