@@ -25,7 +25,9 @@ others) and can itself load: the check follows the chain through the venv's and 
 Whatever cannot be satisfied is reported per distribution (files mapped to their distribution
 through the RECORD of each ``*.dist-info``), e.g. ``torchvision 0.24.1: torchvision/_C.so needs
 libcudart.so.12, which nothing on this host provides (searched: ...)``. Distributions on the
-allowlist, each with its reason, are reported and not failed. What is not modelled: the load order
+allowlist, each with its reason, are reported and not failed. A need that a file of the venv
+would satisfy but that lies on none of the object's search paths (torchaudio's ``_torchaudio.so``
+needing ``libtorchaudio.so`` beside it, which torchaudio's Python loads first) is reported as such. What is not modelled: the load order
 within the venv beyond the rule of item 4, symbol versions and missing symbols, dlopen() calls made
 by code at run time.
 """
@@ -378,6 +380,9 @@ class _Loader:
                 if name:
                     self.shared.setdefault(name, []).append(path)
         self.shared_count = len(shared)
+        self.anywhere: dict[str, list[str]] = {}  # file name -> ELF files of the venv so named (for the message only)
+        for path in venv_objects:
+            self.anywhere.setdefault(os.path.basename(path), []).append(path)
         self.host_info: dict[str, Optional[ElfInfo]] = {}
         self.results: dict[str, list[tuple[str, str, str]]] = {}
         self.reached: set[str] = set()  # venv objects some other venv object loads as a dependency
@@ -483,6 +488,12 @@ class _Loader:
         if found:
             return found, ""
         always = "glibc, the NVIDIA driver's libraries"
+        elsewhere = [p for p in self.anywhere.get(needed, []) if p != obj]
+        if elsewhere:
+            return None, (
+                f"which the venv has ({elsewhere[0]}) but nowhere ld.so searches for this object (it loads only if Python has "
+                f"loaded that file first; searched: {'; '.join(searched)})"
+            )
         return None, f"which nothing on this host provides (searched: {'; '.join(searched)}; always present: {always})"
 
 

@@ -151,6 +151,7 @@ def test_origin_rpath_is_expanded(lab: dict[str, Path]) -> None:
     build(site / "origin_pkg/_plain.so", needs=(lab["helper"],))
     unmet = scan_venv([site], host_dirs=[str(lab["host"])], ld_cache={}).unmet
     assert [(u.distribution, u.object, u.needed) for u in unmet] == [("(no distribution)", "origin_pkg/_plain.so", "libhelper.so.1")]
+    assert unmet[0].reason.startswith(f"which the venv has ({site / 'origin_pkg.libs/libhelper.so.1'}) but nowhere ld.so searches")
     # and with the helper gone, the $ORIGIN object fails naming it
     (site / "origin_pkg.libs/libhelper.so.1").unlink()
     unmet = scan_venv([site], host_dirs=[str(lab["host"])], ld_cache={}).unmet
