@@ -3,33 +3,35 @@
 Plain Python, standard library only (it runs on the host, next to library/sglang_release_install.py,
 and in the rehearsal on the controller). For every ELF shared object and executable under the
 venv's site-packages it reads the dynamic section (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) from
-the program headers, as ld.so does, and resolves each needed library as the loader would for that
-object:
+the program headers, as ld.so does, and follows the load of each object as Python's dlopen() of it
+would go, breadth first through everything it pulls in. Each needed library is taken:
 
-1. its DT_RPATH (only when it has no DT_RUNPATH), ``$ORIGIN`` being the object's directory;
-2. the host library directories given (the service's LD_LIBRARY_PATH: the CUDA toolkit's lib64);
-3. its DT_RUNPATH;
-4. a library in the venv's shared library directories (torch/lib, nvidia/*/lib) with that file
-   name or SONAME: Python has loaded it when the extension needing it is imported (``import torch``
-   loads torch/lib and nvidia/*/lib before torchvision's ``_C.so`` asks for ``libc10.so``), and the
-   loader takes an already loaded library by SONAME. A library a package keeps for itself (e.g.
-   torchvision.libs/libcudart.e8e8b82a.so.12, SONAME libcudart.so.12, reached by image.so's RUNPATH)
-   counts only for the objects whose RPATH/RUNPATH lead to it: torchvision's ``_C.so`` is loaded
+1. from what is loaded already: earlier in the same load (by file name or SONAME), or a library
+   of the venv's shared directories (torch/lib, nvidia/*/lib) that itself loads - Python has
+   loaded those when an extension needing them is imported (``import torch`` comes before
+   torchvision's ``_C.so`` asks for ``libc10.so``). A library a package keeps for itself (e.g.
+   torchvision.libs/libcudart.e8e8b82a.so.12, SONAME libcudart.so.12, reached by image.so's
+   RUNPATH) counts only for the objects whose paths lead to it: torchvision's ``_C.so`` is loaded
    before image.so, and its libcudart.so.12 is not found;
+2. else from the object's DT_RPATH and its loaders' (only for an object without DT_RUNPATH),
+   ``$ORIGIN`` being each one's directory;
+3. the host library directories given (the service's LD_LIBRARY_PATH: the CUDA toolkit's lib64);
+4. the object's DT_RUNPATH;
 5. the host's ld.so.cache (/etc/ld.so.cache, read here) and the default directories;
 6. the libraries always present where the release runs (glibc; the NVIDIA driver's libcuda.so.1,
    which a build host may lack).
 
 A candidate counts only when it is an ELF file of the same class and machine (ld.so skips the
-others) and can itself load: the check follows the chain through the venv's and the host's files.
-Whatever cannot be satisfied is reported per distribution (files mapped to their distribution
-through the RECORD of each ``*.dist-info``), e.g. ``torchvision 0.24.1: torchvision/_C.so needs
-libcudart.so.12, which nothing on this host provides (searched: ...)``. Distributions on the
-allowlist, each with its reason, are reported and not failed. A need that a file of the venv
-would satisfy but that lies on none of the object's search paths (torchaudio's ``_torchaudio.so``
-needing ``libtorchaudio.so`` beside it, which torchaudio's Python loads first) is reported as such. What is not modelled: the load order
-within the venv beyond the rule of item 4, symbol versions and missing symbols, dlopen() calls made
-by code at run time.
+others). Objects that another object of the venv loads are judged within that load (scipy.libs'
+libgfortran finds libquadmath through _fitpack.so's RPATH); the others are the roots, and a root
+fails when anything in its load cannot be had. Failures are reported per distribution (files
+mapped to their distribution through the RECORD of each ``*.dist-info``), e.g. ``torchvision
+0.24.1: torchvision/_C.so needs libcudart.so.12, which nothing on this host provides (searched:
+...)``; a need that a file of the venv would satisfy but that lies on none of the object's paths
+(torchaudio's ``_torchaudio.so`` needing ``libtorchaudio.so`` beside it, which torchaudio's Python
+loads first) is said so. Packages or objects on the allowlist, each with its reason, are reported
+and not failed. Not modelled: symbols and their versions, dlopen() calls made by code at run
+time, libraries a package's Python preloads (ctypes, torch.ops.load_library).
 """
 
 from __future__ import annotations
