@@ -19,8 +19,8 @@ description:
     from O(keys_file) when given). Healthy only when every request completes.
   - The server is always stopped (SIGTERM to the group, up to 60 s, then SIGKILL), also on failure;
     no process is left. The keys are replaced by C(<redacted>) in O(log) and in everything returned.
-  - The placement (O(policy)) is decided first; beside a serving server the canary's C(--mem-fraction-static) is
-    raised by what that server holds, since SGLang sizes its memory from the whole GPU.
+  - The placement (O(policy)) is decided first. SGLang sizes a server from the memory free when it starts, so
+    beside a serving server the canary takes about O(mem_fraction) of what is free plus its CUDA graphs.
   - Fails with a message naming the phase it stopped in (C(port closed), C(503), C(no answer),
     C(exited) with the exit status, C(requests), C(port in use), C(not started)) and quoting the last
     line of the log; the result's fields are returned with the failure too.
@@ -61,7 +61,7 @@ options:
     type: int
     default: 30100
   mem_fraction:
-    description: C(--mem-fraction-static) for the canary (small, so a running server's GPUs are not needed whole).
+    description: C(--mem-fraction-static) for the canary (SGLang applies it to the memory free at start).
     type: float
     default: 0.1
   target_model:
@@ -104,7 +104,7 @@ options:
     description:
       - Where the canary runs. C(off) runs nothing. C(switch-window) runs it only when O(gpus_freed) (the caller
         stopped the serving server). C(beside) runs it next to the serving server and fails, starting nothing, when
-        a GPU it uses has less than O(mem_fraction) + O(headroom) of its memory free. C(auto) runs it beside when
+        a GPU it uses has less than O(min_free_mib) free. C(auto) runs it beside when
         memory allows, else returns RV(placement.mode)=C(switch-window) without running, for the caller to stop the
         serving server and call again with O(gpus_freed).
     type: str
@@ -118,12 +118,12 @@ options:
     description: Read each GPU's memory with nvidia-smi for the placement (false on a host without GPUs, e.g. the lab).
     type: bool
     default: true
-  headroom:
+  min_free_mib:
     description: >-
-      Share of each GPU, above O(mem_fraction), that must be free to run beside the serving server (SGLang keeps
-      1 - C(--mem-fraction-static) of the whole GPU for activations, counted against free memory).
-    type: float
-    default: 0.05
+      MiB each GPU the canary uses must have free to run beside the serving server (SGLang sizes the canary from
+      what is free; what stays free is also the serving server's room for its activations).
+    type: int
+    default: 16384
   kv_cache_dtype:
     description: C(--kv-cache-dtype) for the canary where the launch flags leave it unset or C(auto) (the tiny models' launch hint).
     type: str
@@ -342,7 +342,7 @@ def main() -> None:
             policy=dict(type="str", default="auto", choices=list(POLICIES)),
             gpus_freed=dict(type="bool", default=False),
             gpu_query=dict(type="bool", default=True),
-            headroom=dict(type="float", default=0.05),
+            min_free_mib=dict(type="int", default=16384),
             kv_cache_dtype=dict(type="str"),
             sglang_version=dict(type="str", default=""),
         ),
@@ -360,10 +360,10 @@ def main() -> None:
         keys = read_keys(p["keys_file"]) if p["keys_file"] else {}
         module.no_log_values.update(v for v in keys.values() if v)
         if p["gpus_freed"] or p["policy"] in ("off", "switch-window"):
-            placement = place("switch-window" if p["gpus_freed"] else p["policy"], None, [], p["mem_fraction"], p["headroom"])
+            placement = place("switch-window" if p["gpus_freed"] else p["policy"], None, [], p["mem_fraction"], p["min_free_mib"])
         else:
             gpus = gpu_memory(module) if p["gpu_query"] else None
-            placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["headroom"])
+            placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["min_free_mib"])
         argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], placement.mem_fraction, p["kv_cache_dtype"])
     except (CanaryArgvError, EnvFileError, KeysFileError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))

@@ -270,7 +270,6 @@ def _as_user(user: Optional[str]) -> dict[str, Any]:
 
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index,memory.total,memory.used,memory.free", "--format=csv,noheader,nounits"]
 POLICIES = ("auto", "beside", "switch-window", "off")
-MAX_BESIDE_FRACTION = 0.95
 
 
 @dataclass(frozen=True)
@@ -321,7 +320,7 @@ def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
 @dataclass
 class Placement:
     """Where the canary runs: ``beside`` the serving server, in the ``switch-window`` (after the
-    serving server stopped, GPUs free), or ``off``; with the --mem-fraction-static it gets and why."""
+    serving server stopped, GPUs free), or ``off``; with its --mem-fraction-static, why, and the GPUs read."""
 
     mode: str
     mem_fraction: float
@@ -332,14 +331,17 @@ class Placement:
         return asdict(self)
 
 
-def place(policy: str, gpus: Optional[Sequence[GpuMemory]], used: Sequence[int], mem_fraction: float, headroom: float) -> Placement:
+def place(policy: str, gpus: Optional[Sequence[GpuMemory]], used: Sequence[int], mem_fraction: float, min_free_mib: int) -> Placement:
     """Decide where the canary runs.
 
-    SGLang sizes its memory from --mem-fraction-static of the WHOLE GPU and keeps (1 - fraction) of the
-    whole GPU for activations, counted against what is free (ModelRunner: rest = free - total x
-    (1 - fraction)). Beside a server that holds `used` MiB, the canary therefore needs
-    fraction = used/total + mem_fraction, and each of its GPUs needs mem_fraction + headroom of the GPU
-    free. gpus None: memory not read (no GPU required here), beside at mem_fraction.
+    SGLang (0.5.9 to 0.5.23) sizes a server's memory from what is FREE when it starts, not from the
+    whole GPU: its KV pool gets what is free after the weights load minus (1 - --mem-fraction-static)
+    of the memory that was free before the load (0.5.9 profile_max_num_token(min_per_gpu_memory);
+    0.5.10-0.5.15 _profile_available_bytes(pre_model_load_memory); 0.5.23 kv_cache_configurator), so
+    beside a serving server the canary at mem_fraction takes about mem_fraction of what is free, plus
+    its CUDA graphs and activations. What stays free is also the serving server's room for its own
+    activations, so the canary runs beside it only where every GPU it uses has min_free_mib free.
+    gpus None: memory not read (no GPU required here), beside.
     Policies: off; switch-window (always after the serving server stopped); beside (refused with the
     reason when memory does not allow: CanaryArgvError); auto (beside when memory allows, else the
     switch window)."""
@@ -355,24 +357,20 @@ def place(policy: str, gpus: Optional[Sequence[GpuMemory]], used: Sequence[int],
     missing = [i for i in used if i not in by_index]
     if missing:
         raise CanaryArgvError(f"the canary needs GPUs {list(used)}, but nvidia-smi lists {sorted(by_index)}")
-    short, fraction, rows = [], mem_fraction, []
+    short, rows = [], []
     for index in used:
         g = by_index[index]
-        need = (mem_fraction + headroom) * g.total_mib
-        rows.append({"index": index, "total_mib": g.total_mib, "used_mib": g.used_mib, "free_mib": g.free_mib, "need_mib": int(need)})
-        if g.free_mib < need:
-            short.append(f"GPU {index} has {g.free_mib} MiB free of {g.total_mib}, the canary needs {int(need)}")
-        fraction = max(fraction, (g.total_mib - g.free_mib) / g.total_mib + mem_fraction)
-    fraction = min(MAX_BESIDE_FRACTION, -(-round(fraction * 1000) // 10) / 100)  # up to the next 0.01
+        rows.append({"index": index, "total_mib": g.total_mib, "used_mib": g.used_mib, "free_mib": g.free_mib})
+        if g.free_mib < min_free_mib:
+            short.append(f"GPU {index} has {g.free_mib} MiB free of {g.total_mib}")
     if not short:
-        return Placement(
-            "beside", fraction, f"every GPU it uses has {mem_fraction + headroom:.2f} of its memory free: beside the serving server", rows
-        )
-    why = "; ".join(short)
+        room = f"every GPU it uses has at least {min_free_mib} MiB free (sglang_canary_min_free_mib): beside the serving server"
+        return Placement("beside", mem_fraction, room, rows)
+    why = f"{'; '.join(short)}, below sglang_canary_min_free_mib {min_free_mib}"
     if policy == "beside":
         raise CanaryArgvError(
-            f"sglang_canary_policy beside: {why} (mem_fraction {mem_fraction} + headroom {headroom}); "
-            "nothing was switched: free the memory, or set sglang_canary_policy to auto or switch-window"
+            f"sglang_canary_policy beside: {why}; nothing was switched: free the memory, "
+            "or set sglang_canary_policy to auto or switch-window"
         )
     return Placement("switch-window", mem_fraction, f"{why}: in the switch window, after the serving server stopped", rows)
 

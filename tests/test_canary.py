@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -348,25 +349,46 @@ def test_gpu_memory_and_the_gpus_the_flags_use() -> None:
         canary.canary_gpus(["--tp-size", "2"], {"CUDA_VISIBLE_DEVICES": "3"})
 
 
-def test_placement_beside_raises_the_fraction_by_what_the_serving_server_holds() -> None:
+def test_placement_beside_only_where_every_gpu_keeps_the_free_memory_asked_for() -> None:
     gpus = canary.parse_gpu_memory(GPUS)
-    free = canary.place("auto", gpus, [2, 3], 0.1, 0.05)
-    assert free.mode == "beside" and free.mem_fraction == 0.11  # 500 MiB held: 0.0051 + 0.1, up to the next 0.01
-    assert [g["need_mib"] for g in free.gpus] == [14683, 14683]
-    busy = canary.place("auto", gpus, [0, 1], 0.1, 0.05)
+    free = canary.place("auto", gpus, [2, 3], 0.1, 16384)
+    assert free.mode == "beside" and free.mem_fraction == 0.1  # SGLang applies it to what is free at start
+    assert [g["free_mib"] for g in free.gpus] == [97387, 97387] and "at least 16384 MiB free" in free.reason
+    busy = canary.place("auto", gpus, [1, 2], 0.1, 16384)
     assert busy.mode == "switch-window" and busy.mem_fraction == 0.1
-    assert "GPU 0 has 12887 MiB free of 97887, the canary needs 14683" in busy.reason
+    assert busy.reason.startswith("GPU 1 has 12887 MiB free of 97887, below sglang_canary_min_free_mib 16384")
+    assert "GPU 2" not in busy.reason
     with pytest.raises(canary.CanaryArgvError, match="sglang_canary_policy beside: GPU 0 has 12887 MiB free"):
-        canary.place("beside", gpus, [0, 1], 0.1, 0.05)
-    roomy = canary.place("beside", gpus, [0], 0.1, 0.02)  # 13.2 % free >= 12 % needed: 0.87 held + 0.1
-    assert roomy.mode == "beside" and roomy.mem_fraction == 0.95  # capped: SGLang keeps the rest for activations
-    assert canary.place("switch-window", gpus, [2], 0.1, 0.05).mode == "switch-window"
-    assert canary.place("off", gpus, [2], 0.1, 0.05).mode == "off"
-    assert canary.place("auto", None, [0], 0.1, 0.05).mode == "beside"
+        canary.place("beside", gpus, [0, 1], 0.1, 16384)
+    assert canary.place("beside", gpus, [0, 1], 0.1, 8192).mode == "beside"
+    assert canary.place("switch-window", gpus, [2], 0.1, 16384).mode == "switch-window"
+    assert canary.place("off", gpus, [2], 0.1, 16384).mode == "off"
+    assert canary.place("auto", None, [0], 0.1, 16384).mode == "beside"
     with pytest.raises(canary.CanaryArgvError, match="expected one of auto, beside, switch-window, off"):
-        canary.place("sometimes", gpus, [0], 0.1, 0.05)
+        canary.place("sometimes", gpus, [0], 0.1, 16384)
     with pytest.raises(canary.CanaryArgvError, match="nvidia-smi lists"):
-        canary.place("auto", gpus, [7], 0.1, 0.05)
+        canary.place("auto", gpus, [7], 0.1, 16384)
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.13", "0.5.23"])
+def test_sglang_sizes_a_server_from_the_memory_free_when_it_starts(version: str) -> None:
+    """What place() relies on, read in the real source: the slack SGLang keeps is (1 - fraction) of the
+    memory free before the load, not of the whole GPU, so the fraction needs no raising beside a server."""
+    from conftest import CACHE
+
+    root = CACHE / "sglang" / version / "sglang/srt"
+    if not root.is_dir():
+        pytest.fail(f"no unpacked SGLang {version} at {root}: run `make sglang-wheels` first")
+    text = "\n".join(p.read_text(encoding="utf-8") for p in [*root.glob("model_executor/*.py"), *root.glob("mem_cache/*.py")])
+    before_load = {
+        "0.5.9": r"rest_memory = available_gpu_memory - total_gpu_memory \* \(\s*1 - self\.mem_fraction_static",
+        "0.5.13": r"rest_memory = post_model_load_memory - pre_model_load_memory \* \(\s*1 - self\.mem_fraction_static",
+        "0.5.23": r"slack_gb = pre_model_load_memory \* \(1 - get_schedule\(\)\.mem_fraction_static\)",
+    }[version]
+    assert re.search(before_load, text), f"SGLang {version}: the memory formula moved"
+    if version == "0.5.9":  # its total_gpu_memory is the free memory the distributed init measured
+        assert "min_per_gpu_memory = self.init_torch_distributed()" in text
+        assert re.search(r"min_per_gpu_memory = get_available_gpu_memory\(", text)
 
 
 def test_the_kv_cache_hint_applies_only_where_the_flags_leave_it_to_auto() -> None:
