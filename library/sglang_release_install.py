@@ -21,7 +21,8 @@ description:
   - Then checks that every ELF shared object and executable in the venv's site-packages can load on
     this host (module_utils/elf_closure.py) - each DT_NEEDED resolved as ld.so would, through the
     object's RPATH/RUNPATH (C($ORIGIN) expanded), O(library_dirs), the libraries of torch/lib and
-    nvidia/*/lib, the ld.so.cache and the default directories, glibc and the NVIDIA driver's
+    nvidia/*/lib (the venv's, and those of the directories its .pth files add, e.g. a shared runtime's torch),
+    the ld.so.cache and the default directories, glibc and the NVIDIA driver's
     libraries being always present - and fails naming each package, object and library that cannot
     be found (e.g. C(torchvision/_C.so needs libcudart.so.12) on a CUDA-13 host), unless the package
     or object is in O(closure_allowlist).
@@ -154,7 +155,7 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.elf_closure import ClosureError, scan_venv
+from ansible.module_utils.elf_closure import ClosureError, pth_dirs, scan_venv
 from ansible.module_utils.installed import InstallError, constraints_text, install_argv, read_back, release_wheels, site_packages
 
 
@@ -197,7 +198,8 @@ def main() -> None:
                 )
         result.update(read_back(p["venv"], wheels, p["cuobjdump"]))
         if p["check_closure"]:
-            closure = scan_venv(site_packages(p["venv"]), host_dirs=p["library_dirs"], allowlist=p["closure_allowlist"])
+            sites = site_packages(p["venv"])
+            closure = scan_venv(sites, host_dirs=p["library_dirs"], allowlist=p["closure_allowlist"], provider_sites=pth_dirs(sites))
             result["library_closure"] = closure.summary()
             failure = closure.failure()
             if failure:

@@ -508,10 +508,14 @@ def scan_venv(
     ld_cache: Optional[Mapping[str, Sequence[str]]] = None,
     abi: Optional[tuple[int, int, int]] = None,
     venv_library_dirs: Sequence[str] = VENV_LIBRARY_DIRS,
+    provider_sites: Sequence[Path] = (),
 ) -> Closure:
     """Read every ELF file under `sites` and resolve what each needs; see the module's docstring.
 
-    `ld_cache` None reads /etc/ld.so.cache; `abi` None takes the running Python's (the host's)."""
+    `ld_cache` None reads /etc/ld.so.cache; `abi` None takes the running Python's (the host's).
+    `provider_sites`: import directories the venv adds through its .pth files (pth_dirs), e.g. a
+    shared runtime with torch: the libraries of their `venv_library_dirs` count as loaded, as the
+    venv's own do; nothing else of them is checked (they are not the release's)."""
     allowlist = dict(allowlist or {})
     bad = [name for name, reason in allowlist.items() if not isinstance(reason, str) or not reason.strip()]
     if bad:
@@ -541,6 +545,21 @@ def scan_venv(
                     continue
                 objects[path] = info
                 owners[path] = (rel, records.get(os.path.normpath(rel), NO_DIST))
+    providers: set[str] = set()
+    for site in [Path(os.path.abspath(s)) for s in provider_sites]:
+        for root, dirs, files in os.walk(site):
+            dirs.sort()
+            rel_root = os.path.relpath(root, site)
+            if not any(fnmatch.fnmatchcase(rel_root, g) for g in venv_library_dirs):
+                continue
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                info = None if os.path.islink(path) or not is_elf(Path(path)) else read_elf(Path(path))
+                if info is None or info.kind != ET_DYN or (abi is not None and info.abi != abi) or path in objects:
+                    continue
+                objects[path] = info
+                owners[path] = (os.path.relpath(path, site), NO_DIST)
+                providers.add(path)
     shared = [p for p, (rel, _) in owners.items() if any(fnmatch.fnmatchcase(os.path.dirname(rel), g) for g in venv_library_dirs)]
     loader = _Loader(objects, shared, ", ".join(venv_library_dirs), host_dirs, cache, default_dirs, always_present)
     for path in objects:
@@ -553,8 +572,8 @@ def scan_venv(
         ld_cache_entries=len(cache),
     )
     for path in objects:
-        if path in loader.reached:
-            continue  # checked as the dependency it is, in the load of the object that needs it
+        if path in loader.reached or path in providers:
+            continue  # checked as the dependency it is, in the load of the object that needs it (or not the release's)
         rel, dist = owners[path]
         for obj, needed, why in loader.load(path):
             if obj != path:
@@ -569,6 +588,26 @@ def scan_venv(
     used = {u.allowed_by for u in closure.allowed}
     closure.allowlist_unused = sorted(key for key in allowlist if key not in used)
     return closure
+
+
+def pth_dirs(sites: Sequence[Path]) -> list[Path]:
+    """The directories the sites' .pth files add to sys.path, as Python's site module reads them: each
+    line an existing directory (relative lines from the site), "import" lines and comments skipped."""
+    found: list[Path] = []
+    for site in sites:
+        for pth in sorted(Path(site).glob("*.pth")):
+            try:
+                lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                text = line.strip()
+                if not text or text.startswith("#") or text.startswith(("import ", "import\t")):
+                    continue
+                path = Path(site) / text if not os.path.isabs(text) else Path(text)
+                if path.is_dir() and path not in found and path not in [Path(x) for x in sites]:
+                    found.append(path)
+    return found
 
 
 def check_venv(sites: Sequence[Path], **kwargs: object) -> Closure:

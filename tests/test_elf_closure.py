@@ -312,3 +312,22 @@ def test_the_release_install_module_fails_naming_package_and_library_then_passes
     assert closure["objects_checked"] == 5 and closure["unmet"] == []
     assert closure["allowed"] and closure["allowed"][0].startswith("torchvision 0.24.1: torchvision/_C.so needs libcudart.so.12")
     assert closure["allowed"][0].endswith(f"(allowed: {reason})")
+
+
+def test_a_runtime_the_venv_adds_through_a_pth_file_provides_its_torch(tmp_path: Path) -> None:
+    """The lab's release venvs import torch from a shared runtime listed in a .pth file (sglang_release_site_packages):
+    its torch/lib counts as loaded, as the venv's own would; the runtime's other objects are not the release's."""
+    from elf_closure import pth_dirs
+
+    runtime = tmp_path / "runtime" / "site-packages"
+    c10 = build(runtime / "torch/lib/libc10.so", "libc10.so")
+    lost = build(tmp_path / "elsewhere" / "libgone.so.1", "libgone.so.1")
+    build(runtime / "other/_x.so", needs=(lost,))  # unloadable, but not the release's to check
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    build(site / "sglang/srt/_core.so", needs=(c10,), rpath="$ORIGIN/../../torch/lib")  # the venv has no torch/lib
+    dist_info(site, "sglang", "0.5.23", ["sglang/srt/_core.so"])
+    (site / "extra.pth").write_text(f"# the shared runtime\n{runtime}\nimport os\n{tmp_path / 'missing'}\n")
+    assert pth_dirs([site]) == [runtime]
+    alone = scan_venv([site], ld_cache={}, default_dirs=()).unmet
+    assert [(u.distribution, u.needed) for u in alone] == [("sglang", "libc10.so")]
+    assert scan_venv([site], ld_cache={}, default_dirs=(), provider_sites=pth_dirs([site])).unmet == []
