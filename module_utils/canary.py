@@ -554,8 +554,25 @@ def _requests(url: str, prompts: Sequence[str], api_key: Optional[str], concurre
     }
 
 
+# A Python exception's last line ("ImportError: Can not import FA3 in sgl_kernel. ..."), as SGLang's
+# scheduler prints it before it kills its process tree (whose lines then end the log).
+ERROR_LINE = re.compile(r"^(?:\[[^\]]*\] )?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)|AssertionError)(?:: .*)?$")
+
+
+def error_line(lines: Sequence[str]) -> str:
+    """The last exception line of the log's tail, without its timestamp; "" when none."""
+    for line in reversed(lines):
+        text = line.strip()
+        if ERROR_LINE.match(text):
+            return re.sub(r"^\[[^\]]*\] ", "", text)
+    return ""
+
+
 def _message(result: CanaryResult, start_timeout: float, detail: str) -> str:
     last = result.log_tail[-1] if result.log_tail else "(the log is empty)"
+    error = error_line(result.log_tail)
+    if error and error != last.strip():
+        last = f"{last}; error: {error}"
     phase = result.phase
     r = result.requests
     if result.ok:

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The start canary's own code (module_utils/canary.py) driving a REAL SGLang server on a GPU machine.
+
+Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>-canary/ is
+made (its README says when and where). On a machine with a GPU, torch and an SGLang release importable
+(e.g. PYTHONPATH=<unpacked bundle>), from the repository root:
+
+    python3 scripts/real_canary_proof.py --out DIR [--sglang-version 0.5.13] [--hold-free-gib 24]
+
+It does what the deploy's canary step does (role sglang_canary, module sglang_canary), with the same
+functions, for a release whose launch plan is the eagle3 profile on one GPU:
+  1. tiny models of Kimi-K2.5 (module_utils/tiny_models.py, from tests/data/models/) and their hints;
+  2. "serving": a process that holds the GPU's memory except --hold-free-gib, standing in for the
+     serving server; the GPUs' memory read with nvidia-smi (canary.GPU_QUERY) and the placement decided
+     by canary.place (policy auto, sglang_canary_min_free_mib 16384);
+  3. run "fails": the plan with --attention-backend fa3, which SGLang accepts on capability 9.0 but
+     whose kernels are not in this release's sgl-kernel (its 1 GB FA3 object left out of the bundle,
+     as a kernel built without code for the GPU would be): canary.run_canary must fail, and say where;
+  4. run "serves": the plan as it is (triton attention, EAGLE-3 topk 1, the API key through --config,
+     the fp8 KV hint of the real checkpoint), beside the memory holder: canary.run_canary must serve;
+     when it does not, once more without the KV hint ("serves-bf16kv") to tell the two apart;
+  5. each run's result (canary.CanaryResult, keys redacted), log and timings.
+Writes DIR/<run>/ (result.json, canary.log) and DIR/summary.json; never prints the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+import canary  # noqa: E402
+import tiny_models  # noqa: E402
+
+KEY = "proof-" + os.urandom(12).hex()
+HOLDER = """
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+keep = int(float(sys.argv[1]) * (1 << 30))
+held = torch.empty(max(0, free - keep), dtype=torch.uint8, device="cuda")
+open(sys.argv[2], "w").write(str(held.numel()))
+time.sleep(3600)
+"""
+
+
+def plan_argv(keys: Path) -> list[str]:
+    """The eagle3 profile's flags on one GPU (model paths are the real ones'; the canary replaces them)."""
+    return [
+        "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "1", "--attention-backend", "triton",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3/output_100k_sglang/4",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--trust-remote-code", "--cuda-graph-max-bs", "8", "--enable-metrics", "--host", "127.0.0.1", "--port", "30000",
+        "--config", str(keys),
+    ]  # fmt: skip
+
+
+def gpus() -> tuple[str, list[canary.GpuMemory]]:
+    text = subprocess.run(canary.GPU_QUERY, capture_output=True, text=True, check=True).stdout
+    return text, canary.parse_gpu_memory(text)
+
+
+def run(name: str, out: Path, argv: list[str], env: dict[str, str], version: str, keys: dict[str, str], budget: float) -> dict[str, Any]:
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    result = canary.run_canary(
+        sys.executable, "sglang.launch_server", argv, env, str(folder / "canary.log"), budget, 120, keys=keys, sglang_version=version
+    )
+    data = result.to_dict()
+    data["wall_started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    (folder / "result.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{name}: ok={result.ok} phase={result.phase} seconds={result.seconds} healthy_at={result.healthy_at}: {result.message[:300]}")
+    return data
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sglang-version", default="0.5.13")
+    parser.add_argument("--hold-free-gib", type=float, default=24.0, help="GiB the stand-in serving process leaves free")
+    parser.add_argument("--budget", type=float, default=240.0, help="each canary's start timeout, seconds")
+    parser.add_argument("--deadline", type=float, default=540.0, help="seconds for everything: a retry that cannot fit is skipped")
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/canary-proof")
+    work.mkdir(parents=True, exist_ok=True)
+    keys_file = work / "api-keys.yaml"
+    keys_file.write_text(f'api-key: "{KEY}"\n')
+    keys_file.chmod(0o600)
+    keys = {"api-key": KEY}
+    models = tiny_models.ensure(
+        work / "models",
+        ROOT / "tests/data/models/kimi-k2.5-nvfp4",
+        ROOT / "tests/data/models/kimi-k2.5-eagle3",
+        ROOT / "files/tokenizer",
+        tp_size=1,
+    )
+    hints = models["launch_hints"]
+    env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", **hints.get("env", {})}
+    summary: dict[str, Any] = {
+        "sglang_version": args.sglang_version,
+        "models": {k: models[k] for k in ("key", "differences", "launch_hints")},
+    }
+    smi_idle, _ = gpus()
+    summary["nvidia_smi_idle"] = smi_idle
+
+    # 3. a backend this release has no kernels for: accepted by SGLang, fails at start.
+    plan = plan_argv(keys_file)
+    failing = canary.canary_argv([*plan[:5], "fa3", *plan[6:]], models["target"], models["draft"], 30100, 0.1, hints.get("kv_cache_dtype"))
+    summary["fails"] = run("fails", out, failing, env, args.sglang_version, keys, args.budget)
+
+    # 2. a process standing in for the serving server holds the memory; the placement reads it.
+    ready = work / "holder.ready"
+    ready.unlink(missing_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(args.hold_free_gib), str(ready)])
+    try:
+        for _ in range(240):
+            if ready.exists() or holder.poll() is not None:
+                break
+            time.sleep(0.5)
+        smi_held, held = gpus()
+        used = canary.canary_gpus(plan, env)
+        placement = canary.place("auto", held, used, 0.1, 16384)
+        summary["holder"] = {"bytes": int(ready.read_text() or 0) if ready.exists() else None, "nvidia_smi": smi_held}
+        summary["placement"] = placement.to_dict()
+        print(f"placement: {placement.mode} ({placement.reason})")
+        # 4. the plan as it is, beside the holder when the placement says so.
+        serving = canary.canary_argv(plan, models["target"], models["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
+        summary["serves"] = run("serves", out, serving, env, args.sglang_version, keys, args.budget)
+        left = args.deadline - (time.monotonic() - t0)
+        if not summary["serves"]["ok"] and left < args.budget:
+            summary["serves-bf16kv"] = f"skipped: {left:.0f} s left of --deadline"
+        elif not summary["serves"]["ok"]:
+            plain = canary.canary_argv(plan, models["target"], models["draft"], 30100, placement.mem_fraction)
+            summary["serves-bf16kv"] = run("serves-bf16kv", out, plain, env, args.sglang_version, keys, args.budget)
+    finally:
+        holder.kill()
+        holder.wait()
+    text = json.dumps(summary, indent=1) + "\n"
+    for folder in out.iterdir():
+        for f in folder.glob("*") if folder.is_dir() else []:
+            if KEY in f.read_text(errors="replace"):
+                print(f"KEY FOUND in {f}")
+    if KEY in text:
+        print("KEY FOUND in summary")
+    (out / "summary.json").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
