@@ -10,7 +10,7 @@ wraps it.
     <out>/draft/                config.json, model.safetensors (only with a draft)
     <out>/canary-models.json    key, sources (sha256), plan, differences, launch hints, files
 
-What is kept and what is made small (see docs/canary-models.md):
+What is kept and what is made small (see docs/canary.md):
 
 - kept: the text model's architecture class (a Kimi-K2.5 wrapper gives its DeepSeek-V3 text
   model), the attention kind and its per-head sizes (MLA's kv_lora_rank, qk_nope/qk_rope/v head
