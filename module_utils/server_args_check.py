@@ -1,0 +1,765 @@
+"""SGLang's own validation of a launch, on a faked device: ``ServerArgs`` built as the launcher builds it.
+
+Run UNDER the Python of an environment where the SGLang release imports (the runtime environment
+``make sglang-runtime`` builds, or the release's own venv on the host), with the release's tree first
+on the path (``--sglang DIR``)::
+
+    python module_utils/server_args_check.py --sglang .cache/sglang/0.5.9 \\
+        --capability 12.0 --gpu-memory-mib 97887 --gpu-count 8 -- --model-path DIR --tp-size 8 ...
+    python module_utils/server_args_check.py --batch request.json     # several flag sets, one import
+
+What it does, for each flag set: ``sglang.srt.server_args.prepare_server_args(argv)``, the very
+function ``python -m sglang.launch_server`` calls (SGLang's own argparse, its ``--config`` merge, then
+``ServerArgs(...)`` whose ``__post_init__`` resolves and validates), then ``check_server_args()`` where
+the release has it (0.5.9's engine calls it before starting any process). Nothing else of SGLang runs:
+no server, no scheduler, no weights. The model directory needs only its config files (and, with
+``--trust-remote-code`` and an ``auto_map``, the config's Python module, as on the host).
+
+The device is faked where SGLang reads it, in torch (``torch.cuda.is_available``, ``device_count``,
+``get_device_capability``, ``get_device_name``, ``get_device_properties``, ``mem_get_info``,
+``current_device``): SGLang's own ``is_cuda``, ``is_sm90_supported``, ``is_sm100_supported``,
+``is_sm120_supported``, ``is_blackwell_supported``, ``is_hopper_with_cuda_12_3``, ``get_device_sm``,
+``get_device`` all derive from these and run unchanged (their ``lru_cache`` is cleared per check). The
+one device fact SGLang takes from elsewhere, the memory (``get_nvgpu_memory_capacity`` runs
+``nvidia-smi``), is patched in ``sglang.srt.utils.common``. FlashInfer's presence is the environment's
+own unless ``flashinfer_version`` is given (the runtime environment of the tests has no FlashInfer;
+the release's venv on the host has the version SGLang pins): then ``is_flashinfer_available`` and
+``check_pkg_version_at_least("flashinfer-python", ...)`` answer from it.
+
+SGLang is imported on the real (CPU) torch before the fakes go in: some of its modules register
+kernels at import when they see CUDA, which a CPU environment cannot do. ``ServerArgs`` reads the
+device only when it is built, so it sees the faked one.
+
+Output (JSON on stdout; SGLang's own logging goes to stderr): per flag set ``verdict`` ``ok`` or
+``refused``; on refusal SGLang's exception (type, message, the file:line and function that raised it,
+the innermost SGLang frame, the stage: ``parse``, ``post_init`` or ``check_server_args``); on success
+``changes``: every field whose value SGLang changed, named by its flag (``rewritten``: the flag was
+given and SGLang uses another value; ``chosen``: the flag was not given and SGLang chose a value other
+than the flag's default), plus ``resolved``: the values of the fields the toolkit's rules read.
+
+The controller side (no torch, no SGLang) calls :func:`run_checks`, which runs this file under the
+runtime's Python and returns the parsed report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import functools
+import io
+import json
+import linecache
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+# The fields the toolkit's rules read (module_utils/flag_rules.py), reported for every accepted check.
+WATCHED_FIELDS = (
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "speculative_algorithm",
+    "speculative_eagle_topk",
+    "speculative_num_steps",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "kv_cache_dtype",
+    "moe_runner_backend",
+    "mem_fraction_static",
+    "cuda_graph_max_bs",
+    "enable_dp_attention",
+    "dp_size",
+    "tp_size",
+    "page_size",
+    "quantization",
+    "device",
+)
+DEFAULT_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+FLASHINFER_PACKAGES = ("flashinfer-python", "flashinfer_python")
+
+
+class CheckUsageError(Exception):
+    """A request that cannot be checked (bad device facts, a missing model directory, ...)."""
+
+
+class CheckRunError(Exception):
+    """The check could not run in the given Python (SGLang does not import, the output is not JSON)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """The device facts SGLang reads, as the host would report them."""
+
+    capability: tuple[int, int]
+    memory_mib: float
+    count: int
+    name: str = DEFAULT_GPU_NAME
+    cuda_version: Optional[str] = None  # torch.version.cuda as SGLang sees it; None: the runtime torch's own
+    flashinfer_version: Optional[str] = None  # None: whether FlashInfer imports in this environment
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Device:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CheckUsageError(f"device: unknown keys {unknown}, expected some of {sorted(known)}")
+        missing = [k for k in ("capability", "memory_mib", "count") if k not in data]
+        if missing:
+            raise CheckUsageError(f"device: missing {missing} (found keys {sorted(data)})")
+        return cls(
+            capability=parse_capability(data["capability"]),
+            memory_mib=_positive(data["memory_mib"], "device memory_mib", float),
+            count=int(_positive(data["count"], "device count", int)),
+            name=str(data.get("name") or DEFAULT_GPU_NAME),
+            cuda_version=None if data.get("cuda_version") is None else str(data["cuda_version"]),
+            flashinfer_version=None if data.get("flashinfer_version") is None else str(data["flashinfer_version"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["capability"] = f"{self.capability[0]}.{self.capability[1]}"
+        return out
+
+
+def parse_capability(value: Any) -> tuple[int, int]:
+    """``12.0`` / ``"12.0"`` / ``[12, 0]`` -> (12, 0)."""
+    pair = isinstance(value, (list, tuple)) and len(value) == 2
+    parts = [str(v) for v in value] if pair else str(value).strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise CheckUsageError(f"device capability: expected MAJOR.MINOR such as 12.0, found {value!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _positive(value: Any, what: str, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise CheckUsageError(f"{what}: expected a positive number, found {value!r}") from None
+    if number <= 0:
+        raise CheckUsageError(f"{what}: expected a positive number, found {value!r}")
+    return number
+
+
+@dataclasses.dataclass
+class CheckRequest:
+    argv: list[str]
+    device: Device
+    model: Optional[str] = None  # replaces the value of --model-path (the directory of config files)
+    draft_model: Optional[str] = None  # replaces the value of --speculative-draft-model-path
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    label: Optional[str] = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Controller side: run the check in the runtime's Python.
+
+
+def run_checks(
+    python: str | Path,
+    sglang: str | Path,
+    device: Mapping[str, Any],
+    checks: Sequence[Mapping[str, Any]],
+    timeout: float = 300,
+) -> dict[str, Any]:
+    """Run this file under ``python`` with the SGLang tree ``sglang`` (the directory holding ``sglang/``)
+    on the flag sets ``checks`` (each ``{"argv": [...], "model": DIR, "draft_model": DIR, "env": {...},
+    "label": str}``) and return the parsed report (``{"results": [...], ...}``)."""
+    request = {"sglang": str(sglang), "device": dict(device), "checks": [dict(c) for c in checks]}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(request, handle)
+        path = handle.name
+    try:
+        proc = subprocess.run(
+            [str(python), str(Path(__file__).resolve()), "--batch", path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    finally:
+        os.unlink(path)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        tail = (proc.stderr or "").strip().splitlines()[-15:]
+        raise CheckRunError(
+            f"{python} {Path(__file__).name} exited {proc.returncode} without a JSON report on stdout; "
+            f"expected one. Its stderr ends:\n" + "\n".join(tail)
+        ) from None
+    if "error" in report and "results" not in report:
+        raise CheckRunError(f"{python}: {report['error']}")
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# Runtime side: everything below runs in the Python where SGLang imports.
+
+
+class _FakeCuda:
+    """The torch.cuda answers for the current device; installed once, switched per check."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.device: Optional[Device] = None
+        self.real_cuda_version = torch.version.cuda
+
+    def install(self) -> None:
+        cuda = self.torch.cuda
+        cuda.is_available = self.is_available
+        cuda.device_count = self.device_count
+        cuda.get_device_capability = self.get_device_capability
+        cuda.get_device_name = self.get_device_name
+        cuda.get_device_properties = self.get_device_properties
+        cuda.mem_get_info = self.mem_get_info
+        cuda.current_device = lambda: 0
+        cuda.set_device = lambda device: None
+
+    def use(self, device: Device) -> None:
+        self.device = device
+        version = device.cuda_version or self.real_cuda_version or "12.8"
+        self.torch.version.cuda = version
+
+    def _dev(self) -> Device:
+        if self.device is None:
+            raise RuntimeError("server_args_check: no faked device selected")
+        return self.device
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return self._dev().count
+
+    def _index(self, device: Any) -> None:
+        index = getattr(device, "index", device)
+        if isinstance(index, int) and not 0 <= index < self._dev().count:
+            raise AssertionError(f"Invalid device id {index} (the faked host has {self._dev().count} GPUs)")
+
+    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
+        self._index(device)
+        return self._dev().capability
+
+    def get_device_name(self, device: Any = None) -> str:
+        self._index(device)
+        return self._dev().name
+
+    def get_device_properties(self, device: Any = None) -> Any:
+        self._index(device)
+        dev = self._dev()
+        return types.SimpleNamespace(
+            name=dev.name,
+            major=dev.capability[0],
+            minor=dev.capability[1],
+            total_memory=int(dev.memory_mib * 1024 * 1024),
+            multi_processor_count=188,
+            is_integrated=False,
+        )
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        self._index(device)
+        total = int(self._dev().memory_mib * 1024 * 1024)
+        return total, total
+
+
+class _LogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("sglang"):
+            self.lines.append(f"{record.levelname} {Path(record.pathname).name}:{record.lineno}: {record.getMessage()}")
+
+
+class Checker:
+    """Imports one SGLang tree once and checks flag sets against it."""
+
+    def __init__(self, sglang: Optional[str] = None) -> None:
+        if sglang:
+            root = Path(sglang)
+            if not (root / "sglang" / "srt" / "server_args.py").is_file():
+                raise CheckUsageError(f"--sglang {sglang}: expected the directory holding sglang/srt/server_args.py, found none there")
+            sys.path.insert(0, str(root.resolve()))
+        # Offline, and the remote-code module cache out of $HOME: read before transformers imports.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="server-args-check-modules-"))
+        started = time.monotonic()
+        with contextlib.redirect_stdout(sys.stderr):
+            import sglang
+            import sglang.srt.server_args as server_args_module
+            import sglang.srt.utils.common as common
+            import torch
+
+            # Modules ServerArgs imports lazily while it resolves: imported now, on the real torch.
+            for name in ("sglang.srt.configs.model_config", "sglang.srt.layers.moe.utils", "sglang.srt.server_args_config_parser"):
+                with contextlib.suppress(ImportError):
+                    __import__(name)
+        self.import_seconds = round(time.monotonic() - started, 2)
+        self.torch = torch
+        self.sa = server_args_module
+        self.common = common
+        self.version = _sglang_version(sglang)
+        self.sglang_file = str(Path(sglang.__file__).resolve().parent)
+        self.fake = _FakeCuda(torch)
+        self.fake.install()
+        self._memory_mib: float = 0.0
+        common.get_nvgpu_memory_capacity = lambda: self._memory_mib
+        self._real_flashinfer = common.is_flashinfer_available
+        self._real_pkg_check = common.check_pkg_version_at_least
+        self.parser_dest_flags = self._flag_names()
+
+    # -- device --------------------------------------------------------------------------------
+    def _use_device(self, device: Device) -> None:
+        self.fake.use(device)
+        self._memory_mib = float(device.memory_mib)
+        # SGLang caches its device answers (is_cuda, is_sm100_supported, ... are lru_cache wrappers of
+        # functools.partial objects, so they carry no __module__ of their own): cleared for each device.
+        modules = [m for n, m in list(sys.modules.items()) if m is not None and (n.startswith("sglang.srt.utils") or n == self.sa.__name__)]
+        for module in modules:
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper):
+                    value.cache_clear()
+        if device.flashinfer_version is None:
+            flashinfer, pkg_check = self._real_flashinfer, self._real_pkg_check
+        else:
+            fake_version = device.flashinfer_version
+            real_check = self._real_pkg_check
+
+            def flashinfer() -> bool:
+                return True
+
+            def pkg_check(pkg: str, min_version: str) -> bool:
+                if pkg in FLASHINFER_PACKAGES:
+                    from packaging.version import Version
+
+                    return Version(fake_version) >= Version(min_version)
+                return real_check(pkg, min_version)
+
+        for module in (self.common, self.sa):
+            if hasattr(module, "is_flashinfer_available"):
+                module.is_flashinfer_available = flashinfer
+            if hasattr(module, "check_pkg_version_at_least"):
+                module.check_pkg_version_at_least = pkg_check
+
+    # -- flags ---------------------------------------------------------------------------------
+    def _parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="server_args_check")
+        self.sa.ServerArgs.add_cli_args(parser)
+        return parser
+
+    def _flag_names(self) -> dict[str, str]:
+        """ServerArgs field -> its long flag (the option whose name is the field's, else the action's dest)."""
+        out: dict[str, str] = {}
+        fields = {f.name for f in dataclasses.fields(self.sa.ServerArgs)}
+        for action in self._parser()._actions:
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            if not longs:
+                continue
+            for option in longs:
+                name = option[2:].replace("-", "_")
+                if name in fields:
+                    out.setdefault(name, option)
+            if action.dest in fields:
+                out.setdefault(action.dest, longs[0])
+        return out
+
+    def _given_fields(self, argv: list[str]) -> set[str]:
+        """The ServerArgs fields whose flag is on the command line, by SGLang's own parser."""
+        parser = self._parser()
+        for action in parser._actions:
+            action.default = argparse.SUPPRESS
+            action.required = False
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit):
+            namespace = parser.parse_known_args(argv)[0]
+            dests = set(vars(namespace))
+            given: set[str] = set()
+            flag_of_dest = {a.dest: a.option_strings for a in parser._actions}
+            for dest in dests:
+                given.add(dest)
+                for option in flag_of_dest.get(dest, []):
+                    if option.startswith("--"):
+                        given.add(option[2:].replace("-", "_"))
+            return given
+        return set()
+
+    def _substitute(self, argv: list[str], dest: str, value: str, what: str) -> list[str]:
+        options = next((a.option_strings for a in self._parser()._actions if a.dest == dest), [])
+        out, found = [], False
+        skip = False
+        for i, arg in enumerate(argv):
+            if skip:
+                skip = False
+                continue
+            if arg in options and i + 1 < len(argv):
+                out += [arg, value]
+                skip = found = True
+            elif any(arg.startswith(o + "=") for o in options):
+                out.append(arg.split("=", 1)[0] + "=" + value)
+                found = True
+            else:
+                out.append(arg)
+        if not found:
+            raise CheckUsageError(f"{what} {value} given, but the flags hold none of {options} to point at it (flags: {argv})")
+        return out
+
+    # -- one check -----------------------------------------------------------------------------
+    def check(self, request: CheckRequest) -> dict[str, Any]:
+        argv = list(request.argv)
+        if request.model:
+            _require_config_dir(request.model, "model")
+            argv = self._substitute(argv, "model_path", str(request.model), "model directory")
+        if request.draft_model:
+            _require_config_dir(request.draft_model, "draft model")
+            argv = self._substitute(argv, "speculative_draft_model_path", str(request.draft_model), "draft model directory")
+        result: dict[str, Any] = {"label": request.label, "argv": request.argv, "argv_checked": argv, "device": request.device.to_json()}
+        self._use_device(request.device)
+        saved_env = dict(os.environ)
+        os.environ.update(request.env)
+        env_before = dict(os.environ)
+        capture = _LogCapture()
+        root, sglang_logger = logging.getLogger(), logging.getLogger("sglang")
+        old_level = sglang_logger.level
+        root.addHandler(capture)
+        sglang_logger.setLevel(logging.INFO)
+        snapshots: list[dict[str, Any]] = []
+        server_args_cls = self.sa.ServerArgs
+        original_post_init = server_args_cls.__post_init__
+
+        def recording_post_init(instance: Any) -> None:
+            if not snapshots:
+                snapshots.append({f.name: _copy(getattr(instance, f.name)) for f in dataclasses.fields(instance)})
+            original_post_init(instance)
+
+        stage = "parse"
+        started = time.monotonic()
+        parse_errors = io.StringIO()
+        try:
+            server_args_cls.__post_init__ = recording_post_init
+            with contextlib.redirect_stdout(sys.stderr), _tee_stderr(parse_errors):
+                try:
+                    server_args = self.sa.prepare_server_args(argv)
+                    stage = "check_server_args"
+                    if hasattr(server_args, "check_server_args"):
+                        server_args.check_server_args()
+                    if hasattr(server_args, "resolve_once"):  # 0.5.2x: flags resolve lazily
+                        stage = "resolve"
+                        server_args.resolve_once()
+                finally:
+                    server_args_cls.__post_init__ = original_post_init
+        except SystemExit as exc:  # argparse: a bad flag or value
+            message = parse_errors.getvalue().strip().splitlines()
+            result.update(
+                verdict="refused",
+                stage="parse",
+                error={
+                    "type": "SystemExit",
+                    "message": message[-1] if message else f"exit {exc.code}",
+                    **_location(exc, self.sglang_file),
+                },
+            )
+        except Exception as exc:
+            if stage == "parse" and snapshots:
+                stage = "post_init"
+            result.update(
+                verdict="refused",
+                stage=stage,
+                error={"type": _type_name(exc), "message": str(exc), **_location(exc, self.sglang_file)},
+            )
+        else:
+            before = snapshots[0] if snapshots else {}
+            given = self._given_fields(argv)
+            result.update(verdict="ok", stage=None, error=None)
+            changes = self._changes(before, server_args, given)
+            result["changes"] = changes
+            result["warnings"] = [_warning(c) for c in changes if c["kind"] == "rewritten" or c["field"] in WATCHED_FIELDS]
+            result["resolved"] = {f: _jsonable(_resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
+        finally:
+            root.removeHandler(capture)
+            sglang_logger.setLevel(old_level)
+            env_after = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(saved_env)
+        result["env_set_by_sglang"] = {k: v for k, v in env_after.items() if env_before.get(k) != v}
+        result["log"] = capture.lines
+        result["seconds"] = round(time.monotonic() - started, 3)
+        return result
+
+    def _changes(self, before: Mapping[str, Any], server_args: Any, given: set[str]) -> list[dict[str, Any]]:
+        defaults = {f.name: _field_default(f) for f in dataclasses.fields(server_args)}
+        out = []
+        for name, old in before.items():
+            new = _resolved(server_args, name)
+            if _same(old, new):
+                continue
+            flag = self.parser_dest_flags.get(name)
+            was_given = name in given
+            out.append(
+                {
+                    "flag": flag,
+                    "field": name,
+                    "kind": "rewritten" if was_given else "chosen",
+                    "given": _jsonable(old) if was_given else None,
+                    "default": _jsonable(defaults.get(name)),
+                    "resolved": _jsonable(new),
+                }
+            )
+        return out
+
+
+def _warning(change: Mapping[str, Any]) -> str:
+    flag = change["flag"] or change["field"]
+    if change["kind"] == "rewritten":
+        return f"{flag} {json.dumps(change['given'])}: SGLang uses {json.dumps(change['resolved'])} instead ({change['field']})"
+    return f"{flag} not given (default {json.dumps(change['default'])}): SGLang uses {json.dumps(change['resolved'])} ({change['field']})"
+
+
+def _resolved(server_args: Any, name: str) -> Any:
+    return getattr(server_args, name, None)
+
+
+def _require_config_dir(path: str, what: str) -> None:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckUsageError(f"{what} directory {path}: expected a directory holding config.json, found no directory")
+    if not (directory / "config.json").is_file():
+        raise CheckUsageError(f"{what} directory {path}: expected config.json in it, found {sorted(p.name for p in directory.iterdir())}")
+
+
+@contextlib.contextmanager
+def _tee_stderr(buffer: io.StringIO) -> Iterator[None]:
+    """Copy what is written to stderr (argparse's error line) into ``buffer`` as well."""
+    real = sys.stderr
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            buffer.write(text)
+            return real.write(text)
+
+        def flush(self) -> None:
+            real.flush()
+
+    sys.stderr = Tee()
+    try:
+        yield
+    finally:
+        sys.stderr = real
+
+
+def _type_name(exc: BaseException) -> str:
+    kind = type(exc)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _short_path(filename: str, sglang_dir: str) -> str:
+    path = str(Path(filename).resolve()) if os.path.isabs(filename) else filename
+    parent = str(Path(sglang_dir).parent) + os.sep
+    if path.startswith(parent):
+        return path[len(parent) :]
+    marker = os.sep + "site-packages" + os.sep
+    if marker in path:
+        return path.split(marker, 1)[1]
+    return path
+
+
+def _location(exc: BaseException, sglang_dir: str) -> dict[str, Any]:
+    """Where the exception was raised (innermost frame) and the innermost frame in SGLang's code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return {"raised_at": None, "function": None, "source": None, "sglang_frame": None}
+
+    def describe(frame: traceback.FrameSummary) -> dict[str, Any]:
+        return {
+            "at": f"{_short_path(frame.filename, sglang_dir)}:{frame.lineno}",
+            "function": frame.name,
+            "source": (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip(),
+        }
+
+    inner = describe(frames[-1])
+    own = [f for f in frames if str(Path(f.filename).resolve()).startswith(sglang_dir + os.sep)]
+    return {
+        "raised_at": inner["at"],
+        "function": inner["function"],
+        "source": inner["source"],
+        "sglang_frame": describe(own[-1]) if own else None,
+    }
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        with contextlib.suppress(Exception):
+            return field.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _copy(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return (bool(a == b) and type(a) is type(b)) or (a is None and b is None)
+    except Exception:
+        return a is b
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    enum_value = getattr(value, "value", None)
+    if isinstance(enum_value, (str, int)):
+        return enum_value
+    return repr(value)
+
+
+def _sglang_version(module: Any) -> Optional[str]:
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    with contextlib.suppress(Exception):
+        from sglang.version import __version__
+
+        return str(__version__)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _requests_from_batch(data: Mapping[str, Any]) -> tuple[Optional[str], list[CheckRequest]]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("checks"), list):
+        keys = sorted(data) if isinstance(data, Mapping) else "-"
+        raise CheckUsageError(f"batch: expected an object with a list 'checks', found {type(data).__name__} with keys {keys}")
+    base = data.get("device") or {}
+    out = []
+    for index, item in enumerate(data["checks"]):
+        if not isinstance(item, Mapping) or not isinstance(item.get("argv"), list):
+            raise CheckUsageError(f"batch check {index}: expected an object with a list 'argv', found {item!r}")
+        device = Device.from_mapping({**base, **(item.get("device") or {})})
+        env = item.get("env") or {}
+        if not isinstance(env, Mapping):
+            raise CheckUsageError(f"batch check {index}: 'env' must map names to values, found {env!r}")
+        out.append(
+            CheckRequest(
+                argv=[str(a) for a in item["argv"]],
+                device=device,
+                model=item.get("model"),
+                draft_model=item.get("draft_model"),
+                env={str(k): str(v) for k, v in env.items()},
+                label=item.get("label"),
+            )
+        )
+    return data.get("sglang"), out
+
+
+def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair or pair.startswith("="):
+            raise CheckUsageError(f"--env {pair!r}: expected KEY=VALUE")
+        key, value = pair.split("=", 1)
+        out[key] = value
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    flags: list[str] = []
+    if "--" in args_in:
+        cut = args_in.index("--")
+        args_in, flags = args_in[:cut], args_in[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="server_args_check",
+        description="Build SGLang's ServerArgs from launch flags on a faked device; print the verdict as JSON.",
+    )
+    parser.add_argument("--sglang", help="directory holding the sglang/ package to check (put first on sys.path)")
+    parser.add_argument(
+        "--batch", help="JSON request file ('-' for stdin): {sglang, device, checks: [{argv, model, draft_model, env, label}]}"
+    )
+    parser.add_argument("--capability", help="compute capability to fake, e.g. 12.0")
+    parser.add_argument("--gpu-memory-mib", type=float, help="memory of one GPU in MiB, e.g. 97887")
+    parser.add_argument("--gpu-count", type=int, help="number of GPUs")
+    parser.add_argument("--gpu-name", default=DEFAULT_GPU_NAME)
+    parser.add_argument("--cuda-version", help="torch.version.cuda as SGLang sees it (default: the runtime torch's)")
+    parser.add_argument("--flashinfer-version", help="FlashInfer version the release has (default: whether it imports here)")
+    parser.add_argument("--model", help="model directory (config files); replaces the value of --model-path")
+    parser.add_argument("--draft-model", help="draft model directory; replaces the value of --speculative-draft-model-path")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment of the server")
+    args = parser.parse_args(args_in)
+    try:
+        if args.batch:
+            if flags:
+                raise CheckUsageError("--batch takes its flag sets from the file; found flags after --")
+            text = sys.stdin.read() if args.batch == "-" else Path(args.batch).read_text()
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise CheckUsageError(f"--batch {args.batch}: expected JSON, {exc}") from None
+            sglang_dir, requests = _requests_from_batch(data)
+            sglang_dir = args.sglang or sglang_dir
+        else:
+            missing = [n for n in ("capability", "gpu_memory_mib", "gpu_count") if getattr(args, n) is None]
+            if missing:
+                named = ", ".join("--" + m.replace("_", "-") for m in missing)
+                raise CheckUsageError(f"expected --capability, --gpu-memory-mib and --gpu-count (missing {named})")
+            if not flags:
+                raise CheckUsageError("expected the launch flags after --, e.g. -- --model-path DIR --tp-size 8")
+            device = Device.from_mapping(
+                {
+                    "capability": args.capability,
+                    "memory_mib": args.gpu_memory_mib,
+                    "count": args.gpu_count,
+                    "name": args.gpu_name,
+                    "cuda_version": args.cuda_version,
+                    "flashinfer_version": args.flashinfer_version,
+                }
+            )
+            requests = [CheckRequest(argv=flags, device=device, model=args.model, draft_model=args.draft_model, env=_parse_env(args.env))]
+            sglang_dir = args.sglang
+        for request in requests:  # before anything is imported
+            if request.model:
+                _require_config_dir(request.model, "model")
+            if request.draft_model:
+                _require_config_dir(request.draft_model, "draft model")
+        checker = Checker(sglang_dir)
+        results = [checker.check(request) for request in requests]
+    except CheckUsageError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        print(f"server_args_check: {exc}", file=sys.stderr)
+        return 2
+    report = {
+        "sglang_version": checker.version,
+        "sglang_dir": checker.sglang_file,
+        "python": sys.executable,
+        "import_seconds": checker.import_seconds,
+        "results": results if args.batch else None,
+    }
+    if not args.batch:
+        report = {**report, **results[0]}
+        del report["results"]
+    print(json.dumps(report, indent=1, default=repr), flush=True)
+    return 0 if all(r["verdict"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

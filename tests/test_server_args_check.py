@@ -1,0 +1,274 @@
+"""module_utils/server_args_check.py on the real SGLang 0.5.9: its own ServerArgs, on a faked SM120 host.
+
+All flag sets run in one subprocess under the runtime environment's Python (`make sglang-runtime`),
+so SGLang is imported once. Skipped, with the reason, only where that runtime or the unpacked 0.5.9
+tree is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+import server_args_check  # noqa: E402
+
+import server_flags  # noqa: E402
+
+CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+RUNTIME = CACHE / "sglang-runtime" / "0.5.9"
+PYTHON = RUNTIME / "venv" / "bin" / "python"
+TREE = CACHE / "sglang" / "0.5.9"
+MODELS = ROOT / "tests" / "data" / "models"
+SCRIPT = ROOT / "module_utils" / "server_args_check.py"
+# An RTX PRO 6000 Blackwell as nvidia-smi reports it: capability 12.0, 97887 MiB, eight of them.
+SM120 = {"capability": "12.0", "memory_mib": 97887, "count": 8, "flashinfer_version": "0.6.3"}
+
+needs_runtime = pytest.mark.skipif(
+    not (RUNTIME / ".stamp").exists() or not (TREE / "sglang" / "srt" / "server_args.py").is_file(),
+    reason=f"needs the SGLang 0.5.9 runtime at {RUNTIME} (`make sglang-runtime`) and the unpacked tree at {TREE} (`make sglang-wheels`)",
+)
+
+# TEST FIXTURE stand-in for Moonshot's configuration_kimi_k25.py, which the real model directory
+# holds and its config.json's auto_map names: with --trust-remote-code, transformers loads the
+# config class from the directory. This one re-exports SGLang 0.5.9's own KimiK25Config.
+REMOTE_CODE_STANDIN = (
+    "# TEST FIXTURE stand-in for the model's own configuration_kimi_k25.py (see tests/test_server_args_check.py)\n"
+    "from sglang.srt.configs.kimi_k25 import KimiK25Config  # noqa: F401\n"
+)
+
+
+def eagle3_recipe(model: Path, draft: Path) -> list[str]:
+    """The eagle3 profile of inventory/production/group_vars/all/service.yml (upstream's Kimi-K2.5
+    EAGLE-3 recipe with --tp-size 8) as the toolkit renders it, paths pointed at the fixtures."""
+    service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    values = {
+        "{{ stack_model_path }}": str(model),
+        "{{ stack_draft_model_path }}": str(draft),
+        "{{ stack_speculative_algorithm }}": str(stack["stack_speculative_algorithm"]),
+    }
+    profile = {}
+    for name, value in service["sglang_profiles"]["eagle3"].items():
+        text = values.get(value, value) if isinstance(value, str) else value
+        assert not (isinstance(text, str) and "{{" in text), f"eagle3 profile: {name} is an unrendered template {text!r}"
+        profile[name] = text
+    validation = server_flags.validate(server_flags.release_flag_table(TREE), profile)
+    assert validation.ok, validation.errors
+    return validation.argv
+
+
+@pytest.fixture(scope="module")
+def kimi_with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("kimi-k2.5-nvfp4-with-code")
+    for name in ("config.json", "hf_quant_config.json"):
+        shutil.copy(MODELS / "kimi-k2.5-nvfp4" / name, directory / name)
+    (directory / "configuration_kimi_k25.py").write_text(REMOTE_CODE_STANDIN)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def report(kimi_with_code: Path) -> dict[str, Any]:
+    kimi, draft = MODELS / "kimi-k2.5-nvfp4", MODELS / "kimi-k2.5-eagle3"
+    eagle = ["--model-path", str(kimi), "--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    checks = [
+        {"label": "no-num-steps", "argv": [*eagle, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]},
+        {"label": "trtllm-mha", "argv": ["--model-path", str(kimi), "--tp-size", "8", "--attention-backend", "trtllm_mha"]},
+        # The same flags on a faked SM100: SGLang accepts them there, so the refusal above is the device's.
+        {
+            "label": "trtllm-mha-sm100",
+            "argv": ["--model-path", str(kimi), "--tp-size", "8", "--attention-backend", "trtllm_mha"],
+            "device": {"capability": "10.0", "memory_mib": 183359, "name": "NVIDIA B200"},
+        },
+        {"label": "base-gpu-id", "argv": ["--model-path", str(kimi), "--tp-size", "8", "--base-gpu-id", "-1"]},
+        {
+            "label": "draft-tokens-16",
+            "argv": [*eagle, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "16"],
+        },
+        {"label": "recipe", "argv": eagle3_recipe(kimi_with_code, draft)},
+        # The same recipe on the config-only directory: with --trust-remote-code SGLang needs the
+        # model's own configuration module, which a config-only copy lacks.
+        {"label": "recipe-config-only", "argv": eagle3_recipe(kimi, draft)},
+        {"label": "bad-choice", "argv": ["--model-path", str(kimi), "--attention-backend", "no_such_backend"]},
+    ]
+    return server_args_check.run_checks(PYTHON, TREE, SM120, checks, timeout=240)
+
+
+def result(report: dict[str, Any], label: str) -> dict[str, Any]:
+    found = [r for r in report["results"] if r["label"] == label]
+    assert len(found) == 1, f"expected one result labelled {label}, found {[r['label'] for r in report['results']]}"
+    return found[0]
+
+
+def change(res: dict[str, Any], field: str) -> dict[str, Any]:
+    found = [c for c in res["changes"] if c["field"] == field]
+    assert len(found) == 1, f"expected one change of {field}, found {[c['field'] for c in res['changes']]}"
+    return found[0]
+
+
+@needs_runtime
+def test_the_real_sglang_was_checked(report: dict[str, Any]) -> None:
+    assert report["sglang_version"] == "0.5.9"
+    assert Path(report["sglang_dir"]) == (TREE / "sglang").resolve()
+    assert report["import_seconds"] < 30, report["import_seconds"]
+    for res in report["results"]:
+        assert res["seconds"] < 5, (res["label"], res["seconds"])
+
+
+@needs_runtime
+def test_eagle3_without_num_steps_is_sglangs_assertion(report: dict[str, Any]) -> None:
+    res = result(report, "no-num-steps")
+    assert res["verdict"] == "refused"
+    assert res["stage"] == "post_init"
+    assert res["error"]["type"] == "AssertionError"
+    # SGLang 0.5.9 asserts topk and draft tokens are unset when num_steps is, in _handle_speculative_decoding.
+    assert res["error"]["message"] == ""  # SGLang's assert has no message: the location says it all
+    # The traceback's line: the failing clause of `assert (self.speculative_eagle_topk is None and
+    # self.speculative_num_draft_tokens is None)` (lines 2423-2426).
+    assert res["error"]["raised_at"] == "sglang/srt/server_args.py:2425"
+    assert res["error"]["function"] == "_handle_speculative_decoding"
+    assert res["error"]["source"] == "and self.speculative_num_draft_tokens is None"
+
+
+@needs_runtime
+def test_trtllm_mha_is_sm100_only(report: dict[str, Any]) -> None:
+    res = result(report, "trtllm-mha")
+    assert res["verdict"] == "refused"
+    assert res["error"]["type"] == "ValueError"
+    assert res["error"]["message"] == "TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). Please use a different backend."
+    assert res["error"]["raised_at"] == "sglang/srt/server_args.py:1900"
+    assert res["error"]["function"] == "_handle_attention_backend_compatibility"
+    sm100 = result(report, "trtllm-mha-sm100")
+    assert sm100["verdict"] == "ok", sm100["error"]
+    assert sm100["device"]["capability"] == "10.0"
+    assert sm100["resolved"]["attention_backend"] == "trtllm_mha"
+    # ... where SGLang moves the page size to one the backend supports.
+    assert change(sm100, "page_size")["resolved"] == 64
+
+
+@needs_runtime
+def test_negative_base_gpu_id_is_refused_by_check_server_args(report: dict[str, Any]) -> None:
+    res = result(report, "base-gpu-id")
+    assert res["verdict"] == "refused"
+    assert res["stage"] == "check_server_args"
+    assert res["error"] == {
+        "type": "AssertionError",
+        "message": "base_gpu_id must be non-negative",
+        "raised_at": "sglang/srt/server_args.py:5147",
+        "function": "check_server_args",
+        "source": 'assert self.base_gpu_id >= 0, "base_gpu_id must be non-negative"',
+        "sglang_frame": {
+            "at": "sglang/srt/server_args.py:5147",
+            "function": "check_server_args",
+            "source": 'assert self.base_gpu_id >= 0, "base_gpu_id must be non-negative"',
+        },
+    }
+
+
+@needs_runtime
+def test_draft_tokens_16_with_topk_1_is_a_reported_rewrite(report: dict[str, Any]) -> None:
+    res = result(report, "draft-tokens-16")
+    assert res["verdict"] == "ok", res["error"]
+    rewrite = change(res, "speculative_num_draft_tokens")
+    assert rewrite["kind"] == "rewritten"
+    assert rewrite["flag"] == "--speculative-num-draft-tokens"
+    assert (rewrite["given"], rewrite["resolved"]) == (16, 4)
+    assert "--speculative-num-draft-tokens 16: SGLang uses 4 instead (speculative_num_draft_tokens)" in res["warnings"]
+    assert res["resolved"]["speculative_num_draft_tokens"] == 4
+    assert any("speculative_num_draft_tokens is adjusted" in line for line in res["log"]), res["log"]
+    # Flags SGLang kept as given are not reported as changes.
+    assert all(c["field"] not in ("speculative_num_steps", "speculative_eagle_topk", "tp_size") for c in res["changes"])
+
+
+@needs_runtime
+def test_upstream_kimi_eagle3_recipe_is_accepted(report: dict[str, Any], kimi_with_code: Path) -> None:
+    res = result(report, "recipe")
+    assert res["verdict"] == "ok", res["error"]
+    assert "--trust-remote-code" in res["argv"]
+    resolved = res["resolved"]
+    assert resolved["speculative_algorithm"] == "EAGLE3"
+    assert (resolved["speculative_num_steps"], resolved["speculative_eagle_topk"], resolved["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert resolved["attention_backend"] == "flashinfer"
+    assert resolved["tp_size"] == 8
+    assert resolved["page_size"] == 1
+    assert resolved["kv_cache_dtype"] == "auto"
+    assert resolved["moe_runner_backend"] == "auto"
+    assert resolved["enable_dp_attention"] is False
+    assert resolved["cuda_graph_max_bs"] == 512  # SGLang's choice for 96-160 GB GPUs at tp >= 4
+    # (97887 MiB - 10 GiB reserve - 2 GiB for the EAGLE draft) / 97887 MiB, lowered for a multimodal model.
+    assert 0.70 < resolved["mem_fraction_static"] < 0.88, resolved["mem_fraction_static"]
+    assert [c for c in res["changes"] if c["kind"] == "rewritten"] == []
+    chosen = {c["field"]: c for c in res["changes"]}
+    assert chosen["page_size"]["kind"] == "chosen" and chosen["page_size"]["resolved"] == 1
+    assert chosen["max_running_requests"]["resolved"] == 48
+
+
+@needs_runtime
+def test_config_only_directory_with_remote_code_is_refused(report: dict[str, Any]) -> None:
+    res = result(report, "recipe-config-only")
+    assert res["verdict"] == "refused"
+    assert res["error"]["type"] == "OSError"
+    assert "configuration_kimi_k25.py" in res["error"]["message"]
+    assert res["error"]["raised_at"].startswith("transformers/")
+    assert res["error"]["sglang_frame"]["at"].startswith("sglang/srt/utils/hf_transformers_utils.py:")
+
+
+@needs_runtime
+def test_bad_choice_is_sglangs_argparse_error(report: dict[str, Any]) -> None:
+    res = result(report, "bad-choice")
+    assert res["verdict"] == "refused"
+    assert res["stage"] == "parse"
+    assert "argument --attention-backend: invalid choice: 'no_such_backend'" in res["error"]["message"]
+
+
+@needs_runtime
+def test_single_check_command_line_and_exit_code(tmp_path: Path) -> None:
+    kimi = MODELS / "kimi-k2.5-nvfp4"
+    base = [str(PYTHON), str(SCRIPT), "--sglang", str(TREE), "--capability", "12.0", "--gpu-memory-mib", "97887", "--gpu-count", "8"]
+    proc = subprocess.run([*base, "--", "--model-path", str(kimi), "--base-gpu-id", "-1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "refused"
+    assert out["error"]["message"] == "base_gpu_id must be non-negative"
+
+
+def test_usage_errors_need_no_sglang(tmp_path: Path) -> None:
+    """Bad requests are refused before SGLang is imported (any Python runs them)."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--gpu-memory-mib", "97887", "--", "--tp-size", "8"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "expected --capability, --gpu-memory-mib and --gpu-count (missing --capability, --gpu-count)" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    args = [
+        sys.executable,
+        str(SCRIPT),
+        "--capability",
+        "12.0",
+        "--gpu-memory-mib",
+        "97887",
+        "--gpu-count",
+        "8",
+        "--model",
+        str(tmp_path / "empty"),
+    ]
+    proc = subprocess.run([*args, "--", "--model-path", "/data/Kimi-K2.5-NVFP4"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"model directory {tmp_path / 'empty'}: expected config.json in it, found []" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--capability", "sm120", "--gpu-memory-mib", "1", "--gpu-count", "8", "--", "--tp-size", "8"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "device capability: expected MAJOR.MINOR such as 12.0, found 'sm120'" in proc.stderr
