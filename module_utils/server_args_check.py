@@ -35,7 +35,13 @@ Output (JSON on stdout; SGLang's own logging goes to stderr): per flag set ``ver
 the innermost SGLang frame, the stage: ``parse``, ``post_init`` or ``check_server_args``); on success
 ``changes``: every field whose value SGLang changed, named by its flag (``rewritten``: the flag was
 given and SGLang uses another value; ``chosen``: the flag was not given and SGLang chose a value other
-than the flag's default), plus ``resolved``: the values of the fields the toolkit's rules read.
+than the flag's default); ``warnings``: one sentence per rewrite and per choice among the fields the
+toolkit's rules read (``WATCHED_FIELDS``); ``resolved``: the values of those fields; ``log``: what
+SGLang logged while it resolved; ``env_set_by_sglang``: the variables it set in its environment.
+Exit status 0 all accepted, 1 one refused, 2 bad request (nothing imported when the request itself is
+wrong), 3 SGLang does not import in this Python (nothing checked). Only the 0.5.9-style resolution
+in ``__post_init__`` is known; a release whose ``ServerArgs`` resolves in ``resolve_once()`` (0.5.2x)
+is refused as unsupported (exit 2), not half checked.
 
 The controller side (no torch, no SGLang) calls :func:`run_checks`, which runs this file under the
 runtime's Python and returns the parsed report.
@@ -310,6 +316,11 @@ class Checker:
         self.sa = server_args_module
         self.common = common
         self.version = _sglang_version(sglang)
+        if hasattr(server_args_module.ServerArgs, "resolve_once"):
+            raise CheckUsageError(
+                f"SGLang {self.version} at {Path(sglang.__file__).parent} resolves its flags in ServerArgs.resolve_once() "
+                "(the 0.5.2x releases); this check knows only the __post_init__ resolution of 0.5.9 so far"
+            )
         self.sglang_file = str(Path(sglang.__file__).resolve().parent)
         self.fake = _FakeCuda(torch)
         self.fake.install()
@@ -452,9 +463,6 @@ class Checker:
                     stage = "check_server_args"
                     if hasattr(server_args, "check_server_args"):
                         server_args.check_server_args()
-                    if hasattr(server_args, "resolve_once"):  # 0.5.2x: flags resolve lazily
-                        stage = "resolve"
-                        server_args.resolve_once()
                 finally:
                     server_args_cls.__post_init__ = original_post_init
         except SystemExit as exc:  # argparse: a bad flag or value
@@ -741,7 +749,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 _require_config_dir(request.model, "model")
             if request.draft_model:
                 _require_config_dir(request.draft_model, "draft model")
-        checker = Checker(sglang_dir)
+        try:
+            checker = Checker(sglang_dir)
+        except CheckUsageError:
+            raise
+        except Exception as exc:  # SGLang does not import here: nothing can be checked
+            where = _location(exc, str(Path(sglang_dir).resolve() / "sglang") if sglang_dir else "")["raised_at"]
+            message = (
+                f"SGLang from {sglang_dir or 'sys.path'} does not import under {sys.executable}: "
+                f"{_type_name(exc)}: {exc} (raised at {where}); use the Python of an environment built for that release"
+            )
+            print(json.dumps({"error": message, "stage": "import"}), flush=True)
+            print(f"server_args_check: {message}", file=sys.stderr)
+            return 3
         results = [checker.check(request) for request in requests]
     except CheckUsageError as exc:
         print(json.dumps({"error": str(exc)}), flush=True)

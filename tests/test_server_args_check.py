@@ -242,6 +242,20 @@ def test_single_check_command_line_and_exit_code(tmp_path: Path) -> None:
     assert out["error"]["message"] == "base_gpu_id must be non-negative"
 
 
+@needs_runtime
+@pytest.mark.skipif(not (CACHE / "sglang" / "0.5.23" / "sglang").is_dir(), reason="no unpacked SGLang 0.5.23 (`make sglang-wheels`)")
+def test_a_release_that_does_not_import_here_is_said_so() -> None:
+    """0.5.23 needs transformers 5.x; the 0.5.9 runtime has 4.57.1: no verdict, a clear error instead."""
+    with pytest.raises(server_args_check.CheckRunError) as caught:
+        server_args_check.run_checks(
+            PYTHON, CACHE / "sglang" / "0.5.23", SM120, [{"argv": ["--model-path", str(MODELS / "kimi-k2.5-nvfp4")]}]
+        )
+    message = str(caught.value)
+    assert "SGLang from " in message and "0.5.23 does not import under" in message
+    assert "AttributeError: type object 'PretrainedConfig' has no attribute '__class_validators__'" in message
+    assert "sglang/srt/utils/hf_transformers_patches.py:" in message
+
+
 def test_usage_errors_need_no_sglang(tmp_path: Path) -> None:
     """Bad requests are refused before SGLang is imported (any Python runs them)."""
     proc = subprocess.run(
