@@ -50,6 +50,7 @@ runtime's Python and returns the parsed report.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import copy
 import dataclasses
@@ -59,6 +60,7 @@ import json
 import linecache
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,7 +301,10 @@ class Checker:
         # Offline, and the remote-code module cache out of $HOME: read before transformers imports.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="server-args-check-modules-"))
+        if "HF_MODULES_CACHE" not in os.environ:
+            modules_cache = tempfile.mkdtemp(prefix="server-args-check-modules-")
+            os.environ["HF_MODULES_CACHE"] = modules_cache
+            atexit.register(shutil.rmtree, modules_cache, True)
         started = time.monotonic()
         with contextlib.redirect_stdout(sys.stderr):
             import sglang

@@ -81,6 +81,8 @@ def kimi_with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def report(kimi_with_code: Path) -> dict[str, Any]:
     kimi, draft = MODELS / "kimi-k2.5-nvfp4", MODELS / "kimi-k2.5-eagle3"
     eagle = ["--model-path", str(kimi), "--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    topk4 = ["--attention-backend", "flashinfer", "--speculative-num-steps", "2", "--speculative-eagle-topk", "4"]
+    topk4 += ["--speculative-num-draft-tokens", "16"]
     checks = [
         {"label": "no-num-steps", "argv": [*eagle, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]},
         {"label": "trtllm-mha", "argv": ["--model-path", str(kimi), "--tp-size", "8", "--attention-backend", "trtllm_mha"]},
@@ -99,6 +101,10 @@ def report(kimi_with_code: Path) -> dict[str, Any]:
         # The same recipe on the config-only directory: with --trust-remote-code SGLang needs the
         # model's own configuration module, which a config-only copy lacks.
         {"label": "recipe-config-only", "argv": eagle3_recipe(kimi, draft)},
+        # The server's environment is SGLang's too: spec v2 takes topk 1 only; the next check runs
+        # without it again (each check restores the environment).
+        {"label": "spec-v2-topk4", "argv": [*eagle, *topk4], "env": {"SGLANG_ENABLE_SPEC_V2": "True"}},
+        {"label": "spec-v1-topk4", "argv": [*eagle, *topk4]},
         {"label": "bad-choice", "argv": ["--model-path", str(kimi), "--attention-backend", "no_such_backend"]},
     ]
     return server_args_check.run_checks(PYTHON, TREE, SM120, checks, timeout=240)
@@ -221,6 +227,19 @@ def test_config_only_directory_with_remote_code_is_refused(report: dict[str, Any
     assert "configuration_kimi_k25.py" in res["error"]["message"]
     assert res["error"]["raised_at"].startswith("transformers/")
     assert res["error"]["sglang_frame"]["at"].startswith("sglang/srt/utils/hf_transformers_utils.py:")
+
+
+@needs_runtime
+def test_the_servers_environment_reaches_sglang(report: dict[str, Any]) -> None:
+    v2 = result(report, "spec-v2-topk4")
+    assert v2["verdict"] == "refused"
+    assert v2["error"]["type"] == "ValueError"
+    assert v2["error"]["message"] == "Spec v2 currently only supports topk = 1 for speculative decoding."
+    assert v2["error"]["raised_at"].startswith("sglang/srt/server_args.py:")
+    v1 = result(report, "spec-v1-topk4")
+    assert v1["verdict"] == "ok", v1["error"]
+    assert (v1["resolved"]["speculative_eagle_topk"], v1["resolved"]["speculative_num_draft_tokens"]) == (4, 16)
+    assert "SGLANG_ENABLE_SPEC_V2" not in v1["env_set_by_sglang"]
 
 
 @needs_runtime
