@@ -457,11 +457,21 @@ class Checker:
                 snapshots.append({f.name: _copy(getattr(instance, f.name)) for f in dataclasses.fields(instance)})
             original_post_init(instance)
 
+        # The argv SGLang's parser really parsed (after its --config merge), for which flags were given.
+        parsed_argv: list[list[str]] = []
+        original_parse_args = argparse.ArgumentParser.parse_args
+
+        def recording_parse_args(parser: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
+            if not parsed_argv and args is not None:
+                parsed_argv.append([str(a) for a in args])
+            return original_parse_args(parser, args, namespace)
+
         stage = "parse"
         started = time.monotonic()
         parse_errors = io.StringIO()
         try:
             server_args_cls.__post_init__ = recording_post_init
+            argparse.ArgumentParser.parse_args = recording_parse_args  # type: ignore[method-assign]
             with contextlib.redirect_stdout(sys.stderr), _tee_stderr(parse_errors):
                 try:
                     server_args = self.sa.prepare_server_args(argv)
@@ -470,6 +480,7 @@ class Checker:
                         server_args.check_server_args()
                 finally:
                     server_args_cls.__post_init__ = original_post_init
+                    argparse.ArgumentParser.parse_args = original_parse_args  # type: ignore[method-assign]
         except SystemExit as exc:  # argparse: a bad flag or value
             message = parse_errors.getvalue().strip().splitlines()
             result.update(
@@ -491,7 +502,7 @@ class Checker:
             )
         else:
             before = snapshots[0] if snapshots else {}
-            given = self._given_fields(argv)
+            given = self._given_fields(parsed_argv[0] if parsed_argv else argv)
             result.update(verdict="ok", stage=None, error=None)
             changes = self._changes(before, server_args, given)
             result["changes"] = changes

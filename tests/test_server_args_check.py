@@ -78,7 +78,9 @@ def kimi_with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def report(kimi_with_code: Path) -> dict[str, Any]:
+def report(kimi_with_code: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    config_file = tmp_path_factory.mktemp("config") / "server.yaml"
+    config_file.write_text("speculative-eagle-topk: 1\nspeculative-num-draft-tokens: 16\n")
     kimi, draft = MODELS / "kimi-k2.5-nvfp4", MODELS / "kimi-k2.5-eagle3"
     eagle = ["--model-path", str(kimi), "--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
     topk4 = ["--attention-backend", "flashinfer", "--speculative-num-steps", "2", "--speculative-eagle-topk", "4"]
@@ -105,6 +107,8 @@ def report(kimi_with_code: Path) -> dict[str, Any]:
         # without it again (each check restores the environment).
         {"label": "spec-v2-topk4", "argv": [*eagle, *topk4], "env": {"SGLANG_ENABLE_SPEC_V2": "True"}},
         {"label": "spec-v1-topk4", "argv": [*eagle, *topk4]},
+        # Flags from SGLang's --config file count as given (the toolkit's API keys come that way).
+        {"label": "config-file", "argv": [*eagle, "--speculative-num-steps", "3", "--config", str(config_file)]},
         {"label": "bad-choice", "argv": ["--model-path", str(kimi), "--attention-backend", "no_such_backend"]},
     ]
     return server_args_check.run_checks(PYTHON, TREE, SM120, checks, timeout=240)
@@ -194,6 +198,15 @@ def test_draft_tokens_16_with_topk_1_is_a_reported_rewrite(report: dict[str, Any
     assert any("speculative_num_draft_tokens is adjusted" in line for line in res["log"]), res["log"]
     # Flags SGLang kept as given are not reported as changes.
     assert all(c["field"] not in ("speculative_num_steps", "speculative_eagle_topk", "tp_size") for c in res["changes"])
+
+
+@needs_runtime
+def test_flags_from_sglangs_config_file_count_as_given(report: dict[str, Any]) -> None:
+    res = result(report, "config-file")
+    assert res["verdict"] == "ok", res["error"]
+    assert "--speculative-num-draft-tokens" not in res["argv"]
+    rewrite = change(res, "speculative_num_draft_tokens")
+    assert (rewrite["kind"], rewrite["given"], rewrite["resolved"]) == ("rewritten", 16, 4)
 
 
 @needs_runtime
