@@ -1,0 +1,802 @@
+"""The catalogue of known start failures (files/start-failures.yml) and its checks.
+
+Every entry of the catalogue is evaluated against what a start will meet: the launch flags (argv,
+SGLang's aliases and ``--flag=value`` both read), the server's environment, the SGLang version,
+the GPUs' compute capability, and, when given, facts read from the model and draft directories
+(config.json, the quantization config, the safetensors index, the auto_map modules) and the
+host's facts (what preflight gathers: GPUs with memory and driver, PCIe-only topology, kernel
+module). Each entry gets one verdict:
+
+- ``refused``  the trigger holds and the entry's severity is refuse;
+- ``warning``  the trigger holds and the severity is warn (unconfirmed evidence says so);
+- ``ok``       a condition of the trigger does not hold (or a planned patch waives it);
+- ``unknown``  no condition fails but a fact one needs is absent: never a pass;
+- ``n/a``      the SGLang version is outside the entry's range.
+
+Plain Python (PyYAML for the catalogue), no Ansible imports. bin/sglang-flags drives it with
+--model / --draft-model / --host-facts / --env; how to add an entry: docs/start-failures.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.flag_rules)
+    from ansible.module_utils.flag_rules import MLA_MODEL_CLASSES  # type: ignore[import-not-found]
+except ImportError:  # bin/sglang-flags and the tests: module_utils/ is on sys.path
+    from flag_rules import MLA_MODEL_CLASSES  # type: ignore[no-redef]
+
+CATALOGUE = Path(__file__).resolve().parent.parent / "files" / "start-failures.yml"
+GIB = 1024**3
+MIB = 1024**2
+
+VERDICTS = ("ok", "refused", "warning", "unknown", "n/a")
+SEVERITIES = ("refuse", "warn")
+EVIDENCE = ("confirmed", "unconfirmed")
+ENTRY_KEYS = {
+    "id": "required",
+    "title": "required",
+    "row": "required",
+    "versions": "required",
+    "severity": "required",
+    "evidence": "required",
+    "message": "required",
+    "fix": "required",
+    "refs": "required",
+    "trigger": "required",
+    "unconfirmed": "optional",
+    "waived_by_patches": "optional",
+    "params": "optional",
+    "acknowledged_by": "optional",
+}
+# Facts each condition kind may name, and the operators it takes.
+MODEL_FACTS = ("is_mla", "kv_cache_quant_algo", "architectures", "model_type", "auto_map_missing", "registered")
+HOST_FACTS = ("pcie_only", "driver_version", "nvidia_kernel_module", "deep_gemm_importable")
+CONDITIONS = {
+    "flags": ("in", "gt", "given", "default"),
+    "env": ("truthy", "default"),
+    "capability_major": (),
+    "model": ("is", "in"),
+    "draft": ("is", "in"),
+    "host": ("is", "in", "lt"),
+    "check": (),
+}
+CHECKS = ("memory",)
+# Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py, and the
+# keys Ansible adds to a module result) plus the facts only a later gatherer provides.
+HOST_FACT_KEYS = {"gpus", "memory_gib", "disks", "problems", "changed", "failed", "msg", "invocation", *HOST_FACTS}
+GPU_KEYS = {"index": int, "name": str, "compute_cap": str, "driver_version": str, "memory_mib": int}
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class CatalogueError(ValueError):
+    """The catalogue file is not what start_failures.py reads (names the file, entry and field)."""
+
+
+class FactsError(ValueError):
+    """A model directory or host-facts file cannot be read (names the file)."""
+
+
+# --- the catalogue ---------------------------------------------------------------------------
+
+
+def version_tuple(text: Optional[str]) -> Optional[tuple[int, int, int]]:
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
+
+
+@dataclass
+class Entry:
+    id: str
+    title: str
+    row: Optional[int]
+    versions: tuple[str, Optional[str]]
+    severity: str
+    evidence: str
+    message: str
+    fix: str
+    refs: list[str]
+    trigger: list[dict[str, Any]]
+    unconfirmed: str = ""
+    waived_by_patches: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    acknowledged_by: str = ""
+
+    def in_range(self, version: str) -> Optional[bool]:
+        parsed = version_tuple(version)
+        if parsed is None:
+            return None
+        low, high = self.versions
+        return version_tuple(low) <= parsed and (high is None or parsed <= version_tuple(high))  # type: ignore[operator]
+
+    @property
+    def range_text(self) -> str:
+        low, high = self.versions
+        return f"{low}-{high}" if high else f"{low} and later"
+
+
+def _check_condition(where: str, index: int, cond: Any) -> None:
+    at = f"{where}: trigger[{index}]"
+    if not isinstance(cond, dict) or not cond:
+        raise CatalogueError(f"{at}: expected a mapping such as {{flags: [attention-backend], in: [fa3]}}, found {cond!r}")
+    kinds = [k for k in cond if k in CONDITIONS]
+    if len(kinds) != 1:
+        raise CatalogueError(f"{at}: expected exactly one of {', '.join(CONDITIONS)}, found {sorted(cond)}")
+    kind = kinds[0]
+    extra = sorted(set(cond) - {kind, *CONDITIONS[kind]})
+    if extra:
+        raise CatalogueError(f"{at}: {kind} takes {', '.join(CONDITIONS[kind]) or 'no operator'}, found {extra}")
+    value = cond[kind]
+    if kind in ("flags", "env"):
+        if not (isinstance(value, list) and value and all(isinstance(v, str) and v and not v.startswith("-") for v in value)):
+            raise CatalogueError(f"{at}: {kind} must be a list of names without '--', found {value!r}")
+        ops = [op for op in CONDITIONS[kind] if op in cond and op != "default"]
+        if len(ops) != 1:
+            want = "in, gt or given" if kind == "flags" else "truthy"
+            raise CatalogueError(f"{at}: {kind} needs exactly one of {want}, found {ops or 'none'}")
+        if "in" in cond and not (isinstance(cond["in"], list) and cond["in"]):
+            raise CatalogueError(f"{at}: in must be a non-empty list, found {cond['in']!r}")
+        if "gt" in cond and (isinstance(cond["gt"], bool) or not isinstance(cond["gt"], (int, float))):
+            raise CatalogueError(f"{at}: gt must be a number, found {cond['gt']!r}")
+        for op in ("given", "truthy"):
+            if op in cond and not isinstance(cond[op], bool):
+                raise CatalogueError(f"{at}: {op} must be true or false, found {cond[op]!r}")
+    elif kind == "capability_major":
+        if not (isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise CatalogueError(f"{at}: capability_major must be a list of integers such as [12], found {value!r}")
+    elif kind in ("model", "draft", "host"):
+        facts = HOST_FACTS if kind == "host" else MODEL_FACTS
+        if value not in facts:
+            raise CatalogueError(f"{at}: {kind} must name one of {', '.join(facts)}, found {value!r}")
+        ops = [op for op in CONDITIONS[kind] if op in cond]
+        if len(ops) != 1:
+            raise CatalogueError(f"{at}: {kind} needs exactly one of {', '.join(CONDITIONS[kind])}, found {ops or 'none'}")
+        if "is" in cond and not isinstance(cond["is"], bool):
+            raise CatalogueError(f"{at}: is must be true or false, found {cond['is']!r}")
+        if "in" in cond and not (isinstance(cond["in"], list) and cond["in"]):
+            raise CatalogueError(f"{at}: in must be a non-empty list, found {cond['in']!r}")
+        if "lt" in cond and not (isinstance(cond["lt"], str) and re.fullmatch(r"\d+(\.\d+)*", cond["lt"])):
+            raise CatalogueError(f"{at}: lt must be a quoted dotted version such as '575.57.08', found {cond['lt']!r}")
+    elif kind == "check" and value not in CHECKS:
+        raise CatalogueError(f"{at}: check must be one of {', '.join(CHECKS)}, found {value!r}")
+
+
+def _entry(source: str, index: int, raw: Any, seen: set[str]) -> Entry:
+    where = f"{source}: entries[{index}]"
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{where}: expected a mapping, found {type(raw).__name__}")
+    if isinstance(raw.get("id"), str):
+        where = f"{source}: entry {raw['id']!r}"
+    missing = [k for k, need in ENTRY_KEYS.items() if need == "required" and k not in raw]
+    if missing:
+        raise CatalogueError(f"{where}: missing field(s) {', '.join(missing)}")
+    unknown = sorted(set(raw) - set(ENTRY_KEYS))
+    if unknown:
+        raise CatalogueError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; known: {', '.join(ENTRY_KEYS)}")
+    if not (isinstance(raw["id"], str) and ID_RE.match(raw["id"])):
+        raise CatalogueError(f"{where}: field id must be lower-case words joined by '-', found {raw['id']!r}")
+    if raw["id"] in seen:
+        raise CatalogueError(f"{where}: field id {raw['id']!r} is used by an earlier entry")
+    seen.add(raw["id"])
+    for key in ("title", "message", "fix"):
+        if not (isinstance(raw[key], str) and raw[key].strip()):
+            raise CatalogueError(f"{where}: field {key} must be non-empty text, found {raw[key]!r}")
+    if raw["row"] is not None and (isinstance(raw["row"], bool) or not isinstance(raw["row"], int)):
+        raise CatalogueError(f"{where}: field row must be the domain notes' row number or null, found {raw['row']!r}")
+    versions = raw["versions"]
+    if not (isinstance(versions, dict) and set(versions) == {"from", "to"}):
+        raise CatalogueError(f"{where}: field versions must be {{from: X.Y.Z, to: X.Y.Z or null}}, found {versions!r}")
+    for end in ("from", "to"):
+        value = versions[end]
+        if (end == "from" or value is not None) and not (isinstance(value, str) and VERSION_RE.match(value)):
+            raise CatalogueError(f"{where}: field versions.{end} must be a quoted X.Y.Z version, found {value!r}")
+    if versions["to"] is not None and version_tuple(versions["to"]) < version_tuple(versions["from"]):  # type: ignore[operator]
+        raise CatalogueError(f"{where}: field versions: to {versions['to']} is before from {versions['from']}")
+    if raw["severity"] not in SEVERITIES:
+        raise CatalogueError(f"{where}: field severity must be one of {', '.join(SEVERITIES)}, found {raw['severity']!r}")
+    if raw["evidence"] not in EVIDENCE:
+        raise CatalogueError(f"{where}: field evidence must be one of {', '.join(EVIDENCE)}, found {raw['evidence']!r}")
+    if raw["evidence"] == "unconfirmed":
+        if raw["severity"] != "warn":
+            raise CatalogueError(f"{where}: field severity must be warn when evidence is unconfirmed, found {raw['severity']!r}")
+        if not (isinstance(raw.get("unconfirmed"), str) and raw["unconfirmed"].strip()):
+            raise CatalogueError(f"{where}: field unconfirmed must say what is not proven when evidence is unconfirmed")
+    elif "unconfirmed" in raw:
+        raise CatalogueError(f"{where}: field unconfirmed is only for evidence: unconfirmed (found evidence {raw['evidence']!r})")
+    refs = raw["refs"]
+    if not (isinstance(refs, list) and refs and all(isinstance(r, str) and r.strip() for r in refs)):
+        raise CatalogueError(f"{where}: field refs must be a non-empty list of references, found {refs!r}")
+    patches = raw.get("waived_by_patches", [])
+    if not (isinstance(patches, list) and all(isinstance(p, str) and p for p in patches)):
+        raise CatalogueError(f"{where}: field waived_by_patches must be a list of patch ids, found {patches!r}")
+    ack = raw.get("acknowledged_by", "")
+    if not (isinstance(ack, str) and re.fullmatch(r"([a-z0-9-]+)?", ack)):
+        raise CatalogueError(f"{where}: field acknowledged_by must name a bin/sglang-flags switch without --, found {ack!r}")
+    if ack and raw["severity"] != "refuse":
+        raise CatalogueError(f"{where}: field acknowledged_by only applies to severity refuse, found {raw['severity']!r}")
+    params = raw.get("params", {})
+    if not isinstance(params, dict):
+        raise CatalogueError(f"{where}: field params must be a mapping, found {params!r}")
+    trigger = raw["trigger"]
+    if not (isinstance(trigger, list) and trigger):
+        raise CatalogueError(f"{where}: field trigger must be a non-empty list of conditions, found {trigger!r}")
+    for number, cond in enumerate(trigger):
+        _check_condition(where, number, cond)
+    if any(c.get("check") == "memory" for c in trigger):
+        for key in ("auto_reserved_mib", "auto_reserved_speculative_mib", "source"):
+            if key not in params:
+                raise CatalogueError(f"{where}: field params.{key} is needed by check: memory")
+    return Entry(
+        id=raw["id"],
+        title=raw["title"].strip(),
+        row=raw["row"],
+        versions=(versions["from"], versions["to"]),
+        severity=raw["severity"],
+        evidence=raw["evidence"],
+        message=" ".join(raw["message"].split()),
+        fix=raw["fix"].strip(),
+        refs=list(refs),
+        trigger=[dict(c) for c in trigger],
+        unconfirmed=str(raw.get("unconfirmed", "")).strip(),
+        waived_by_patches=list(patches),
+        params=dict(params),
+        acknowledged_by=ack,
+    )
+
+
+def parse_catalogue(data: Any, source: str = "catalogue") -> list[Entry]:
+    """The entries of a loaded catalogue; CatalogueError naming the file, the entry and the field."""
+    if not isinstance(data, dict) or set(data) != {"schema", "entries"}:
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise CatalogueError(f"{source}: expected a mapping with schema and entries, found {found}")
+    if data["schema"] != 1:
+        raise CatalogueError(f"{source}: schema must be 1, found {data['schema']!r}")
+    if not (isinstance(data["entries"], list) and data["entries"]):
+        raise CatalogueError(f"{source}: entries must be a non-empty list")
+    seen: set[str] = set()
+    return [_entry(source, i, raw, seen) for i, raw in enumerate(data["entries"])]
+
+
+def load_catalogue(path: str | Path = CATALOGUE) -> list[Entry]:
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CatalogueError(f"{path}: cannot read the catalogue: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise CatalogueError(f"{path}: not YAML: {exc}") from exc
+    return parse_catalogue(data, str(path))
+
+
+# --- facts -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelFacts:
+    path: str
+    architectures: list[str]
+    model_type: Optional[str]
+    is_mla: bool
+    kv_cache_quant_algo: Optional[str]
+    kv_cache_quant_source: str
+    total_size: Optional[int]
+    total_size_source: str
+    auto_map_modules: list[str]
+    auto_map_missing: list[str]
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise FactsError(f"{path}: missing; {what}") from exc
+    except OSError as exc:
+        raise FactsError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise FactsError(f"{path}: not JSON: {exc}") from exc
+
+
+def _kv_from_quant_config(config: Mapping[str, Any]) -> tuple[Optional[str], str]:
+    """kv_cache_quant_algo as SGLang 0.5.9 derives it (ModelOptFp4Config.from_config): the flat
+    config.json form first (kv_cache_scheme), then the nested hf_quant_config.json form."""
+    if config.get("quant_algo") is not None:
+        scheme = config.get("kv_cache_scheme")
+        if isinstance(scheme, dict):
+            if scheme.get("type") == "float" and scheme.get("num_bits") == 8:
+                return "FP8", "quantization_config.kv_cache_scheme (float, 8 bits)"
+            return None, f"quantization_config.kv_cache_scheme {scheme!r} (not FP8)"
+        if isinstance(scheme, str):
+            name = scheme.strip().upper()
+            algo = "FP8" if name in ("FP8", "FLOAT8") else "NVFP4" if name in ("FP4", "FLOAT4", "NVFP4") else None
+            return algo, f"quantization_config.kv_cache_scheme {scheme!r}"
+        if isinstance(config.get("kv_cache_quant_algo"), str):
+            return config["kv_cache_quant_algo"], "quantization_config.kv_cache_quant_algo"
+        return None, "quantization_config has no kv_cache_scheme"
+    nested = config.get("quantization")
+    if isinstance(nested, dict):
+        algo = nested.get("kv_cache_quant_algo")
+        return (algo if isinstance(algo, str) else None), "quantization.kv_cache_quant_algo"
+    algo = config.get("kv_cache_quant_algo")
+    return (algo if isinstance(algo, str) else None), "kv_cache_quant_algo"
+
+
+def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts:
+    """What the catalogue reads from a model (or draft) directory; FactsError naming the file."""
+    path = Path(directory)
+    if not path.exists():
+        raise FactsError(f"{option} {path}: no such directory")
+    if not path.is_dir():
+        raise FactsError(f"{option} {path}: not a directory")
+    try:
+        names = set(os.listdir(path))
+    except OSError as exc:
+        raise FactsError(f"{option} {path}: cannot list it: {exc.strerror or exc}") from exc
+    config = _read_json(path / "config.json", "a model directory holds config.json (architectures, model_type)")
+    if not isinstance(config, dict):
+        raise FactsError(f"{path / 'config.json'}: expected a JSON object, found {type(config).__name__}")
+    archs = config.get("architectures") or []
+    if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise FactsError(f"{path / 'config.json'}: architectures must be a list of class names, found {archs!r}")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    inner_archs = [a for a in (text.get("architectures") or []) if isinstance(a, str)]
+    is_mla = any(a in MLA_MODEL_CLASSES for a in archs + inner_archs) or any(c.get("kv_lora_rank") is not None for c in (config, text))
+    kv_algo, kv_source = None, "no quantization config"
+    quant = config.get("quantization_config")
+    if isinstance(quant, dict):
+        kv_algo, kv_source = _kv_from_quant_config(quant)
+        kv_source = f"{path / 'config.json'}: {kv_source}"
+    elif "hf_quant_config.json" in names:
+        hf_quant = _read_json(path / "hf_quant_config.json", "")
+        if not isinstance(hf_quant, dict):
+            raise FactsError(f"{path / 'hf_quant_config.json'}: expected a JSON object, found {type(hf_quant).__name__}")
+        kv_algo, kv_source = _kv_from_quant_config(hf_quant)
+        kv_source = f"{path / 'hf_quant_config.json'}: {kv_source}"
+    total_size, size_source = None, f"no model.safetensors.index.json in {path}"
+    if "model.safetensors.index.json" in names:
+        index_path = path / "model.safetensors.index.json"
+        index = _read_json(index_path, "")
+        size = index.get("metadata", {}).get("total_size") if isinstance(index, dict) and isinstance(index.get("metadata"), dict) else None
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise FactsError(f"{index_path}: expected metadata.total_size, the weights' size in bytes (a positive integer), found {size!r}")
+        total_size, size_source = size, f"{index_path}: metadata.total_size"
+    modules: list[str] = []
+    for value in (config.get("auto_map") or {}).values():
+        for ref in value if isinstance(value, list) else [value]:
+            if isinstance(ref, str) and "." in ref:
+                module = ref.split("--")[-1].rsplit(".", 1)[0]
+                if module not in modules:
+                    modules.append(module)
+    missing = [m for m in modules if f"{m.replace('.', '/')}.py" not in names and f"{m}.py" not in names]
+    return ModelFacts(
+        path=str(path),
+        architectures=list(archs),
+        model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
+        is_mla=is_mla,
+        kv_cache_quant_algo=kv_algo,
+        kv_cache_quant_source=kv_source,
+        total_size=total_size,
+        total_size_source=size_source,
+        auto_map_modules=modules,
+        auto_map_missing=missing,
+    )
+
+
+@dataclass
+class HostFacts:
+    source: str
+    gpus: list[dict[str, Any]]
+    pcie_only: Optional[bool] = None
+    nvidia_kernel_module: Optional[str] = None
+    deep_gemm_importable: Optional[bool] = None
+
+    @property
+    def capability(self) -> Optional[str]:
+        caps = sorted({g["compute_cap"] for g in self.gpus})
+        return caps[0] if len(caps) == 1 else None
+
+    @property
+    def driver_version(self) -> Optional[str]:
+        drivers = sorted({g["driver_version"] for g in self.gpus})
+        return drivers[0] if len(drivers) == 1 else None
+
+    @property
+    def memory_mib(self) -> Optional[int]:
+        return min(g["memory_mib"] for g in self.gpus) if self.gpus else None
+
+
+def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
+    """Host facts as library/sglang_preflight.py returns them (gpus: index, name, compute_cap,
+    driver_version, memory_mib), plus pcie_only, nvidia_kernel_module (open / proprietary) and
+    deep_gemm_importable where a gatherer provides them."""
+    if not isinstance(data, dict):
+        raise FactsError(f"{source}: expected a JSON object as the preflight module returns it, found {type(data).__name__}")
+    unknown = sorted(set(data) - HOST_FACT_KEYS)
+    if unknown:
+        raise FactsError(f"{source}: unknown key(s) {', '.join(unknown)}; a host-facts file has {', '.join(sorted(HOST_FACT_KEYS))}")
+    gpus = data.get("gpus", [])
+    if not isinstance(gpus, list):
+        raise FactsError(f"{source}: gpus must be a list, found {type(gpus).__name__}")
+    for number, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            raise FactsError(f"{source}: gpus[{number}] must be an object, found {gpu!r}")
+        for key, kind in GPU_KEYS.items():
+            if not isinstance(gpu.get(key), kind) or isinstance(gpu.get(key), bool):
+                raise FactsError(f"{source}: gpus[{number}].{key} must be {kind.__name__}, found {gpu.get(key)!r}")
+        if not re.fullmatch(r"\d+\.\d+", gpu["compute_cap"]):
+            raise FactsError(f"{source}: gpus[{number}].compute_cap should look like '12.0', found {gpu['compute_cap']!r}")
+        if not re.fullmatch(r"\d+(\.\d+)*", gpu["driver_version"]):
+            raise FactsError(f"{source}: gpus[{number}].driver_version should look like '580.82.07', found {gpu['driver_version']!r}")
+    for key in ("pcie_only", "deep_gemm_importable"):
+        if data.get(key) is not None and not isinstance(data[key], bool):
+            raise FactsError(f"{source}: {key} must be true, false or null, found {data[key]!r}")
+    module = data.get("nvidia_kernel_module")
+    if module is not None and module not in ("open", "proprietary"):
+        raise FactsError(f"{source}: nvidia_kernel_module must be 'open' or 'proprietary', found {module!r}")
+    return HostFacts(source, gpus, data.get("pcie_only"), module, data.get("deep_gemm_importable"))
+
+
+def read_host_facts(path: str | Path) -> HostFacts:
+    return parse_host_facts(_read_json(Path(path), "give the JSON file the preflight module's facts were saved to"), str(path))
+
+
+def registered_architectures(sglang: str | Path) -> Optional[set[str]]:
+    """The model classes of an SGLang (package dir, the dir holding it, or a wheel): the names in
+    the ``EntryClass`` assignments of srt/models/*.py, which its ModelRegistry imports. None when
+    no srt/models is found."""
+    path = Path(sglang)
+    if path.is_dir() and not (path / "srt").is_dir() and (path / "sglang" / "srt").is_dir():
+        path = path / "sglang"
+    texts: list[str] = []
+    try:
+        if path.is_file() and path.suffix == ".whl":
+            with zipfile.ZipFile(path) as archive:
+                texts = [
+                    archive.read(n).decode("utf-8", "replace")
+                    for n in archive.namelist()
+                    if n.startswith("sglang/srt/models/") and n.endswith(".py")
+                ]
+        elif (path / "srt" / "models").is_dir():
+            texts = [f.read_text(encoding="utf-8", errors="replace") for f in sorted((path / "srt" / "models").rglob("*.py"))]
+    except (OSError, zipfile.BadZipFile):
+        return None
+    names: set[str] = set()
+    for text in texts:
+        for match in re.finditer(r"^EntryClass\s*=\s*(\[[^\]]*\]|\w+)", text, re.MULTILINE):
+            names.update(re.findall(r"\b[A-Za-z_]\w*\b", match.group(1)))
+    return names or None
+
+
+# --- launch flags ----------------------------------------------------------------------------
+
+
+def parse_argv(argv: Sequence[str], aliases: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+    """Canonical flag name (no --) -> value: the text, True for a flag without a value, a list for
+    several values. ``aliases`` maps every name SGLang accepts to its canonical one (the flag
+    table); ``--flag=value`` and ``--flag value`` both read."""
+    aliases = aliases or {}
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("--") or token == "--":
+            continue
+        name, eq, inline = token[2:].partition("=")
+        values = [inline] if eq else []
+        if not eq:
+            while i < len(argv) and not argv[i].startswith("--"):
+                values.append(argv[i])
+                i += 1
+        out[aliases.get(name, name)] = True if not values else values[0] if len(values) == 1 else values
+    return out
+
+
+def truthy(value: Optional[str]) -> bool:
+    """SGLang's get_bool_env_var / EnvBool: 'true' or '1', any case."""
+    return str(value).strip().lower() in ("true", "1")
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    flags: dict[str, Any]
+    env: dict[str, str]
+    version: Optional[str]
+    capability: Optional[str]  # "12.0"
+    model: Optional[ModelFacts] = None
+    draft: Optional[ModelFacts] = None
+    host: Optional[HostFacts] = None
+    model_class: Optional[str] = None  # bin/sglang-flags --model-class, when no model directory is given
+    registry: Optional[set[str]] = None
+    planned_patches: list[str] = field(default_factory=list)
+    acknowledged: list[str] = field(default_factory=list)  # acknowledged_by names the operator gave
+    aliases: dict[str, str] = field(default_factory=dict)  # every flag name SGLang accepts -> the key in flags
+
+    def flag(self, name: str) -> tuple[bool, Any]:
+        """(given, value) of a flag named as the catalogue names it (any of SGLang's names)."""
+        key = self.aliases.get(name, name)
+        return (key in self.flags, self.flags.get(key))
+
+
+@dataclass
+class Verdict:
+    id: str
+    title: str
+    verdict: str
+    severity: str
+    evidence_status: str
+    versions: str
+    evidence: list[str]
+    message: str = ""
+    fix: str = ""
+    refs: list[str] = field(default_factory=list)
+    unconfirmed: str = ""
+
+    def text(self) -> str:
+        head = f"{self.verdict}: [{self.id}] {self.title}"
+        if self.verdict in ("refused", "warning"):
+            out = f"{head}: {self.message}"
+            if self.unconfirmed:
+                out += f" (unconfirmed: {self.unconfirmed})"
+            out += f"; evidence: {'; '.join(self.evidence)}; fix: {self.fix} [{', '.join(self.refs)}]"
+            return out
+        return f"{head}: {'; '.join(self.evidence)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text()}
+
+
+Result = tuple[Optional[bool], str]
+
+
+def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
+    names = cond["flags"]
+    given = {n: ctx.flag(n)[1] for n in names if ctx.flag(n)[0]}
+    shown = " / ".join(f"--{n}" for n in names)
+    if "given" in cond:
+        found = bool(given)
+        text = ", ".join(f"--{n}" for n in given) + " given" if given else f"{shown} not given"
+        return found == cond["given"], text
+    values = dict(given)
+    if not values and "default" in cond:
+        values = {names[0]: cond["default"]}
+        note = " (SGLang's default, not given)"
+    else:
+        note = ""
+    if not values:
+        return False, f"{shown} not given"
+    if "in" in cond:
+        wanted = {str(v) for v in cond["in"]}
+        hits = {n: v for n, v in values.items() if str(v) in wanted}
+        if hits:
+            return True, ", ".join(f"--{n} {v}" for n, v in hits.items()) + note
+        return False, ", ".join(f"--{n} {v}" for n, v in values.items()) + note + f" (not {'/'.join(sorted(wanted))})"
+    unknown = []
+    for name, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            unknown.append(f"--{name} {value!r} is not a number")
+            continue
+        if number > cond["gt"]:
+            return True, f"--{name} {value} (> {cond['gt']})"
+    if unknown:
+        return None, "; ".join(unknown)
+    return False, ", ".join(f"--{n} {v}" for n, v in values.items()) + f" (not > {cond['gt']})"
+
+
+def _env_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
+    names = cond["env"]
+    set_ = {n: ctx.env[n] for n in names if n in ctx.env}
+    if set_:
+        on = {n: v for n, v in set_.items() if truthy(v)}
+        text = ", ".join(f"{n}={v}" for n, v in (on or set_).items())
+    elif "default" in cond:
+        on = {names[0]: cond["default"]} if truthy(cond["default"]) else {}
+        text = f"{names[0]} not set (SGLang's default: {cond['default']})"
+    else:
+        on, text = {}, f"{' / '.join(names)} not set"
+    return bool(on) == cond["truthy"], text
+
+
+def _model_condition(kind: str, cond: Mapping[str, Any], ctx: Context) -> Result:
+    fact = cond[kind]
+    facts = ctx.model if kind == "model" else ctx.draft
+    option = "--model" if kind == "model" else "--draft-model"
+    if fact == "registered":
+        if facts is None:
+            return None, f"no {option} directory given: its architectures are unknown"
+        if ctx.registry is None:
+            return None, "this SGLang's model registry could not be read (no srt/models)"
+        known = [a for a in facts.architectures if a in ctx.registry]
+        value: Any = bool(facts.architectures) and len(known) == len(facts.architectures)
+        text = f"{kind} architectures {facts.architectures} " + ("registered" if value else "not all registered") + " in this SGLang"
+    elif facts is None:
+        if kind == "model" and fact == "is_mla" and ctx.model_class:
+            value = ctx.model_class in MLA_MODEL_CLASSES
+            text = f"model class {ctx.model_class} (--model-class) is {'' if value else 'not '}MLA"
+        else:
+            return None, f"no {option} directory given: {kind} {fact} unknown"
+    elif fact == "is_mla":
+        value = facts.is_mla
+        text = f"{kind} {facts.path} is {'' if value else 'not '}MLA (architectures {facts.architectures})"
+    elif fact == "kv_cache_quant_algo":
+        value = (facts.kv_cache_quant_algo or "").upper() or None
+        text = f"{kind} kv_cache_quant_algo {facts.kv_cache_quant_algo} ({facts.kv_cache_quant_source})"
+    elif fact == "auto_map_missing":
+        value = bool(facts.auto_map_missing)
+        text = (
+            f"auto_map modules missing from {facts.path}: {', '.join(facts.auto_map_missing)}"
+            if value
+            else f"auto_map modules present in {facts.path}: {', '.join(facts.auto_map_modules) or 'none named'}"
+        )
+    elif fact == "architectures":
+        value, text = facts.architectures, f"{kind} architectures {facts.architectures}"
+    else:
+        value, text = facts.model_type, f"{kind} model_type {facts.model_type}"
+    if "is" in cond:
+        return bool(value) == cond["is"], text
+    wanted = {str(v).upper() for v in cond["in"]}
+    values = value if isinstance(value, list) else [value]
+    return any(str(v).upper() in wanted for v in values if v is not None), text
+
+
+def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
+    fact = cond["host"]
+    if ctx.host is None:
+        return None, f"no --host-facts given: host {fact} unknown"
+    value = ctx.host.driver_version if fact == "driver_version" else getattr(ctx.host, fact)
+    if value is None:
+        why = "the GPUs report different drivers or none" if fact == "driver_version" else "not in the file"
+        return None, f"host {fact} unknown ({why}: {ctx.host.source})"
+    if "lt" in cond:
+        parts = tuple(int(p) for p in str(value).split("."))
+        return parts < tuple(int(p) for p in cond["lt"].split(".")), f"driver {value} (needs {cond['lt']} or newer)"
+    if "is" in cond:
+        return bool(value) == cond["is"], f"host {fact} {str(value).lower()}"
+    return str(value) in {str(v) for v in cond["in"]}, f"host {fact} {value}"
+
+
+def memory_check(entry: Entry, ctx: Context) -> Result:
+    """Weights per GPU (index total_size, plus the draft's, / tp x pp) against the static memory
+    (--mem-fraction-static, or the largest fraction SGLang picks by itself, x the smallest GPU).
+
+    Assumes the weights shard evenly over the GPUs (replicated layers make a GPU's share larger)
+    and counts nothing else inside the fraction: what is left of it is the KV cache, which must
+    be more than nothing. Activations and CUDA graphs live outside the fraction."""
+    missing = []
+    if ctx.model is None:
+        missing.append("no --model directory given: the weights' size is unknown")
+    elif ctx.model.total_size is None:
+        missing.append(f"weights' size unknown ({ctx.model.total_size_source})")
+    if ctx.host is None:
+        missing.append("no --host-facts given: GPU memory unknown")
+    elif ctx.host.memory_mib is None:
+        missing.append(f"no GPUs in {ctx.host.source}: GPU memory unknown")
+    if missing:
+        return None, "; ".join(missing)
+    assert ctx.model is not None and ctx.host is not None and ctx.model.total_size is not None
+    parallel = 1
+    shares = []
+    for name in ("tp-size", "pp-size"):
+        given, raw = ctx.flag(name)
+        raw = raw if given else 1
+        try:
+            parallel *= int(raw)
+        except (TypeError, ValueError):
+            return None, f"--{name} {raw!r} is not an integer"
+        shares.append(f"--{name} {raw}" + ("" if given else " (default)"))
+    draft_bytes = ctx.draft.total_size if ctx.draft is not None and ctx.draft.total_size else 0
+    weights = (ctx.model.total_size + draft_bytes) / parallel
+    gpu_mib = ctx.host.memory_mib
+    given, raw = ctx.flag("mem-fraction-static")
+    if given:
+        try:
+            fraction = float(raw)
+        except (TypeError, ValueError):
+            return None, f"--mem-fraction-static {raw!r} is not a number"
+        fraction_text = f"--mem-fraction-static {fraction}"
+    else:
+        reserve = entry.params["auto_reserved_mib"]
+        speculative = ctx.flag("speculative-algorithm")[1] not in (None, True, "NGRAM")
+        reserve += entry.params["auto_reserved_speculative_mib"] if speculative else 0
+        fraction = (gpu_mib - reserve) / gpu_mib
+        fraction_text = (
+            f"--mem-fraction-static not given: at most ({gpu_mib} MiB - {reserve} MiB reserved{' incl. the draft' if speculative else ''})"
+            f" / {gpu_mib} MiB = {fraction:.3f}, the largest fraction SGLang picks itself ({entry.params['source']})"
+        )
+    budget = fraction * gpu_mib * MIB
+    draft_text = f" + draft {draft_bytes:,} B ({ctx.draft.total_size_source})" if draft_bytes and ctx.draft else ""
+    if ctx.draft is not None and not draft_bytes:
+        draft_text = f" (draft not counted: {ctx.draft.total_size_source})"
+    text = (
+        f"weights per GPU = {ctx.model.total_size:,} B ({ctx.model.total_size_source}){draft_text} / ({' x '.join(shares)})"
+        f" = {weights / GIB:.1f} GiB; static memory = {fraction_text} x {gpu_mib} MiB (smallest GPU in {ctx.host.source})"
+        f" = {budget / GIB:.1f} GiB; "
+    )
+    if weights >= budget:
+        return True, text + f"short by {(weights - budget) / GIB:.1f} GiB, nothing left for the KV cache"
+    return False, text + f"{(budget - weights) / GIB:.1f} GiB left for the KV cache"
+
+
+def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
+    if "flags" in cond:
+        return _flag_condition(cond, ctx)
+    if "env" in cond:
+        return _env_condition(cond, ctx)
+    if "capability_major" in cond:
+        if ctx.capability is None:
+            return None, "GPU compute capability unknown"
+        major = int(ctx.capability.split(".")[0])
+        return major in cond["capability_major"], f"compute capability {ctx.capability}"
+    if "model" in cond:
+        return _model_condition("model", cond, ctx)
+    if "draft" in cond:
+        return _model_condition("draft", cond, ctx)
+    if "host" in cond:
+        return _host_condition(cond, ctx)
+    return memory_check(entry, ctx)
+
+
+def evaluate_entry(entry: Entry, ctx: Context) -> Verdict:
+    def verdict(name: str, evidence: list[str]) -> Verdict:
+        return Verdict(
+            entry.id,
+            entry.title,
+            name,
+            entry.severity,
+            entry.evidence,
+            entry.range_text,
+            evidence,
+            entry.message,
+            entry.fix,
+            entry.refs,
+            entry.unconfirmed,
+        )
+
+    in_range = entry.in_range(ctx.version) if ctx.version else None
+    if in_range is None:
+        return verdict("unknown", [f"SGLang version unknown; the entry covers {entry.range_text}"])
+    if not in_range:
+        return verdict("n/a", [f"SGLang {ctx.version} is outside {entry.range_text}"])
+    results = [_condition(entry, cond, ctx) for cond in entry.trigger]
+    failed = [text for value, text in results if value is False]
+    if failed:
+        return verdict("ok", failed)
+    absent = [text for value, text in results if value is None]
+    if absent:
+        return verdict("unknown", absent)
+    evidence = [f"SGLang {ctx.version} (in {entry.range_text})", *(text for _, text in results)]
+    waived = [p for p in entry.waived_by_patches if p in ctx.planned_patches]
+    if waived:
+        return verdict("ok", [*evidence, f"waived: the release carries patch {', '.join(waived)}"])
+    if entry.acknowledged_by and entry.acknowledged_by in ctx.acknowledged:
+        return verdict("warning", [*evidence, f"acknowledged (--{entry.acknowledged_by}): a warning, not a refusal"])
+    return verdict("refused" if entry.severity == "refuse" else "warning", evidence)
+
+
+def evaluate(entries: Iterable[Entry], ctx: Context) -> list[Verdict]:
+    return [evaluate_entry(entry, ctx) for entry in entries]
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """KEY=VALUE strings -> mapping; ValueError naming the bad one."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"--env takes KEY=VALUE with KEY a variable name, found {pair!r}")
+        env[key] = value
+    return env
