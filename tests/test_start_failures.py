@@ -1,0 +1,591 @@
+"""The start-failure catalogue (files/start-failures.yml, module_utils/start_failures.py) and its
+use through bin/sglang-flags: each entry triggered and not, inside and outside its versions,
+with model directories shaped like Kimi-K2.5-NVFP4 and its EAGLE-3 draft and host facts parsed
+from nvidia-smi output. Fast: the flag table and model registry are read once from the real
+unpacked 0.5.9 / 0.5.23 trees; the CLI runs take the static table (--python /nonexistent)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from start_failures import (
+    CATALOGUE,
+    CatalogueError,
+    Context,
+    FactsError,
+    HostFacts,
+    evaluate_entry,
+    load_catalogue,
+    parse_argv,
+    parse_catalogue,
+    parse_env,
+    parse_host_facts,
+    read_host_facts,
+    read_model_dir,
+    registered_architectures,
+)
+
+from conftest import CACHE, DATA, ROOT
+from nvidia_smi import parse_query_output
+from server_flags import _lookup, release_flag_table
+
+MODELS = DATA / "models"
+SF = DATA / "start-failures"
+HOST8 = SF / "host-8x-rtx-pro-6000.json"
+CLI = ROOT / "bin" / "sglang-flags"
+KIMI_CLASS = "KimiK25ForConditionalGeneration"
+ENTRIES = {e.id: e for e in load_catalogue()}
+
+
+def tree(version: str) -> Path:
+    path = CACHE / "sglang" / version
+    if not (path / "sglang").is_dir():
+        pytest.fail(f"no unpacked SGLang {version} at {path}: run `make sglang-wheels` first")
+    return path
+
+
+@pytest.fixture(scope="module")
+def aliases() -> dict[str, str]:
+    """The real 0.5.9 flag table's names -> canonical (--tp-size -> tensor-parallel-size)."""
+    return {name: flag.name for name, flag in _lookup(release_flag_table(tree("0.5.9"))).items()}
+
+
+@pytest.fixture(scope="module")
+def registry() -> set[str]:
+    names = registered_architectures(tree("0.5.9"))
+    assert names is not None and KIMI_CLASS in names and "LlamaForCausalLMEagle3" in names
+    return names
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Kimi-K2.5-NVFP4 shaped: its config.json and hf_quant_config.json, and an index holding only
+    metadata.total_size (tests/data/start-failures/README.md says where the number comes from)."""
+    directory = tmp_path_factory.mktemp("kimi-k2.5-nvfp4")
+    for name in ("config.json", "hf_quant_config.json"):
+        shutil.copy(MODELS / "kimi-k2.5-nvfp4" / name, directory / name)
+    shutil.copy(SF / "kimi-k2.5-nvfp4" / "model.safetensors.index.json", directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def host8() -> HostFacts:
+    return read_host_facts(HOST8)
+
+
+def context(aliases: dict[str, str], argv: list[str] = (), **kw: Any) -> Context:  # type: ignore[assignment]
+    kw.setdefault("version", "0.5.9")
+    kw.setdefault("capability", "12.0")
+    kw.setdefault("env", {})
+    return Context(flags=parse_argv(list(argv), aliases), aliases=aliases, **kw)
+
+
+def host_with(base: HostFacts, **changes: Any) -> HostFacts:
+    data = {"gpus": copy.deepcopy(base.gpus), "pcie_only": base.pcie_only, **changes}
+    if "driver_version" in changes:
+        for gpu in data["gpus"]:
+            gpu["driver_version"] = changes["driver_version"]
+        del data["driver_version"]
+    return parse_host_facts(data, "test host")
+
+
+def verdict(entry_id: str, ctx: Context) -> Any:
+    return evaluate_entry(ENTRIES[entry_id], ctx)
+
+
+# --- each entry: triggered, not triggered, outside its versions -------------------------------
+
+EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
+
+
+def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[str, dict[str, Any]]:
+    """entry id -> {hit: (kwargs, verdict), miss: (kwargs, verdict), outside: kwargs or None}."""
+    model = read_model_dir(kimi)
+    draft = read_model_dir(MODELS / "kimi-k2.5-eagle3")
+    (tmp / "odd-draft").mkdir(exist_ok=True)
+    (tmp / "odd-draft" / "config.json").write_text(json.dumps({"architectures": ["NoSuchDraftForCausalLM"], "model_type": "llama"}))
+    odd = read_model_dir(tmp / "odd-draft")
+    with_code = tmp / "kimi-with-code"
+    if not with_code.exists():
+        shutil.copytree(kimi, with_code)
+        for module in model.auto_map_modules:
+            (with_code / f"{module}.py").write_text("# the model's remote code\n")
+    return {
+        "trtllm-mla-on-sm120": {
+            "hit": (dict(argv=["--decode-attention-backend=trtllm_mla"]), "refused"),
+            "miss": (dict(argv=["--decode-attention-backend=trtllm_mla"], capability="10.0"), "ok"),
+            "outside": dict(argv=["--decode-attention-backend=trtllm_mla"], version="0.5.24"),
+        },
+        "fa3-on-sm120": {
+            "hit": (dict(argv=["--mm-attention-backend", "fa3"], version="0.5.23"), "refused"),
+            "miss": (dict(argv=["--attention-backend", "triton"]), "ok"),
+            "outside": dict(argv=["--attention-backend", "fa3"], version="0.5.8"),
+        },
+        "cutlass-mla-flashmla-on-sm120": {
+            "hit": (dict(argv=["--attention-backend", "flashmla"]), "warning"),
+            "miss": (dict(argv=["--attention-backend", "flashinfer"]), "ok"),
+            "outside": dict(argv=["--attention-backend", "flashmla"], version="0.5.8"),
+        },
+        "draft-inherits-mla-only-backend": {
+            "hit": (dict(argv=["--attention-backend", "cutlass_mla"], draft=draft), "warning"),
+            "miss": (
+                dict(argv=["--attention-backend", "cutlass_mla", "--speculative-draft-attention-backend", "triton"], draft=draft),
+                "ok",
+            ),
+            "outside": dict(argv=["--attention-backend", "cutlass_mla"], draft=draft, version="0.5.8"),
+        },
+        "flashinfer-trtllm-moe-fp4-on-sm120": {
+            "hit": (dict(argv=["--moe-runner-backend", "flashinfer_trtllm"]), "refused"),
+            "miss": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"]), "ok"),
+            "outside": dict(argv=["--moe-runner-backend", "flashinfer_trtllm"], version="0.5.8"),
+        },
+        "fp8-kv-from-checkpoint": {
+            "hit": (dict(model=model), "refused"),
+            "miss": (dict(argv=["--kv-cache-dtype", "bf16"], model=model), "ok"),
+            "outside": dict(model=model, version="0.5.10"),
+        },
+        "fp8-kv-from-checkpoint-later": {
+            "hit": (dict(argv=["--kv-cache-dtype=auto"], model=model, version="0.5.23"), "warning"),
+            "miss": (dict(argv=["--kv-cache-dtype", "bfloat16"], model=model, version="0.5.23"), "ok"),
+            "outside": dict(model=model, version="0.5.9"),
+        },
+        "weights-exceed-static-memory": {
+            "hit": (dict(argv=["--tp-size", "4"], model=model, host=host8), "refused"),
+            "miss": (dict(argv=["--tp-size", "8"], model=model, host=host8), "ok"),
+            "outside": None,
+        },
+        "jit-all-reduce-on-pcie": {
+            "hit": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.11"), "refused"),
+            "miss": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, host=host8, version="0.5.11"), "ok"),
+            "outside": dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.15"),
+        },
+        "jit-all-reduce-on-pcie-unguarded": {
+            "hit": (dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host8, version="0.5.13"), "warning"),
+            "miss": (
+                dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host_with(host8, pcie_only=False), version="0.5.13"),
+                "ok",
+            ),
+            "outside": dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host8, version="0.5.11"),
+        },
+        "pcie-ipc-allreduce-kernels": {
+            "hit": (dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.23"), "warning"),
+            "miss": (dict(version="0.5.23"), "ok"),
+            "outside": dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.21"),
+        },
+        "deepgemm-on-sm120": {
+            "hit": (dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.14"), "refused"),
+            "miss": (dict(env={"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}, host=host_with(host8, deep_gemm_importable=True)), "ok"),
+            "outside": dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.15"),
+        },
+        "draft-architecture-unknown": {
+            "hit": (dict(argv=EAGLE, draft=odd, registry=registry), "refused"),
+            "miss": (dict(argv=EAGLE, draft=draft, registry=registry), "ok"),
+            "outside": None,
+        },
+        "remote-code-missing-offline": {
+            "hit": (dict(argv=["--trust-remote-code"], env={"HF_HUB_OFFLINE": "1"}, model=model), "warning"),
+            "miss": (dict(argv=["--trust-remote-code"], env={"HF_HUB_OFFLINE": "1"}, model=read_model_dir(with_code)), "ok"),
+            "outside": None,
+        },
+        "driver-too-old": {
+            "hit": (dict(host=host_with(host8, driver_version="570.133.20")), "refused"),
+            "miss": (dict(host=host8), "ok"),
+            "outside": None,
+        },
+        "proprietary-kernel-module-on-blackwell": {
+            "hit": (dict(host=host_with(host8, nvidia_kernel_module="proprietary")), "refused"),
+            "miss": (dict(host=host_with(host8, nvidia_kernel_module="open")), "ok"),
+            "outside": None,
+        },
+        "topk-tree-flashinfer-mla": {
+            "hit": (
+                dict(
+                    argv=["--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "4", "--attention-backend", "flashinfer"],
+                    model=model,
+                ),
+                "refused",
+            ),
+            "miss": (
+                dict(
+                    argv=["--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "4", "--attention-backend", "triton"], model=model
+                ),
+                "ok",
+            ),
+            "outside": None,
+        },
+        "allreduce-fusion-noop-on-sm120": {
+            "hit": (dict(argv=["--enable-flashinfer-allreduce-fusion"]), "warning"),
+            "miss": (dict(argv=["--enable-flashinfer-allreduce-fusion"], planned_patches=["flashinfer_allreduce_fusion_sm120"]), "ok"),
+            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23"),
+        },
+        "allreduce-fusion-raises-on-sm120": {
+            "hit": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23"), "refused"),
+            "miss": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23", capability="9.0"), "ok"),
+            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.22"),
+        },
+        "torch-symm-mem-keyerror-on-sm120": {
+            "hit": (dict(argv=["--enable-torch-symm-mem"], version="0.5.13"), "refused"),
+            "miss": (dict(argv=["--enable-torch-symm-mem"], planned_patches=["torch_symm_mem_sm120"]), "ok"),
+            "outside": dict(argv=["--enable-torch-symm-mem"], version="0.5.14"),
+        },
+        "torch-symm-mem-inactive-on-pcie": {
+            "hit": (dict(argv=["--enable-torch-symm-mem"], version="0.5.14"), "warning"),
+            "miss": (dict(version="0.5.14"), "ok"),
+            "outside": dict(argv=["--enable-torch-symm-mem"], version="0.5.8"),
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def table(kimi: Path, host8: HostFacts, registry: set[str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return cases(kimi, host8, registry, tmp_path_factory.mktemp("cases"))
+
+
+def test_every_entry_has_cases(table: dict[str, dict[str, Any]]) -> None:
+    """Adding an entry to the catalogue without its cases here fails."""
+    assert sorted(table) == sorted(ENTRIES)
+    ranged = [e.id for e in ENTRIES.values() if e.versions != ("0.0.0", None)]
+    assert all(table[i]["outside"] is not None for i in ranged), [i for i in ranged if table[i]["outside"] is None]
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_entry_triggered_and_not(entry_id: str, table: dict[str, dict[str, Any]], aliases: dict[str, str]) -> None:
+    entry = ENTRIES[entry_id]
+    kwargs, expected = table[entry_id]["hit"]
+    hit = verdict(entry_id, context(aliases, **kwargs))
+    assert hit.verdict == expected == ("refused" if entry.severity == "refuse" else "warning"), hit.text()
+    assert entry.fix in hit.text() and entry.refs[0] in hit.text()
+    assert ("unconfirmed:" in hit.text()) == (entry.evidence == "unconfirmed")
+    kwargs, expected = table[entry_id]["miss"]
+    miss = verdict(entry_id, context(aliases, **kwargs))
+    assert miss.verdict == expected == "ok", miss.text()
+    outside = table[entry_id]["outside"]
+    if outside is not None:
+        out = verdict(entry_id, context(aliases, **outside))
+        assert out.verdict == "n/a" and f"is outside {entry.range_text}" in out.evidence[0], out.text()
+
+
+def test_absent_facts_are_unknown_never_ok(aliases: dict[str, str], kimi: Path) -> None:
+    model = read_model_dir(kimi)
+    assert verdict("weights-exceed-static-memory", context(aliases, ["--tp-size", "8"], model=model)).verdict == "unknown"
+    assert (
+        verdict("jit-all-reduce-on-pcie", context(aliases, env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, version="0.5.11")).verdict == "unknown"
+    )
+    assert verdict("draft-architecture-unknown", context(aliases, EAGLE)).verdict == "unknown"
+    assert verdict("trtllm-mla-on-sm120", context(aliases, ["--attention-backend", "trtllm_mla"], capability=None)).verdict == "unknown"
+    assert verdict("fa3-on-sm120", context(aliases, ["--attention-backend", "fa3"], version=None)).verdict == "unknown"
+    # a condition that fails decides even when another fact is absent
+    ok = verdict("jit-all-reduce-on-pcie", context(aliases, env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, version="0.5.11"))
+    assert ok.verdict == "ok"
+
+
+def test_aliases_equals_form_and_acknowledgement(aliases: dict[str, str], kimi: Path, host8: HostFacts) -> None:
+    model = read_model_dir(kimi)
+    argv = ["--speculative-algorithm=EAGLE", "--speculative-eagle-topk=2", "--attention-backend=flashinfer"]
+    assert verdict("topk-tree-flashinfer-mla", context(aliases, argv, model=model)).verdict == "refused"
+    acked = verdict("topk-tree-flashinfer-mla", context(aliases, argv, model=model, acknowledged=["allow-topk-tree-on-mla"]))
+    assert acked.verdict == "warning" and "acknowledged (--allow-topk-tree-on-mla)" in acked.text()
+    # --tp (the alias SGLang declares for tensor-parallel-size) counts as --tp-size
+    mem = verdict("weights-exceed-static-memory", context(aliases, ["--tensor-parallel-size=8"], model=model, host=host8))
+    assert mem.verdict == "ok" and "--tp-size 8" in mem.evidence[-1]
+    # the MLA fact comes from --model-class when no directory is given
+    llama = verdict("topk-tree-flashinfer-mla", context(aliases, argv, model_class="LlamaForCausalLM"))
+    assert llama.verdict == "ok" and "not MLA" in llama.text()
+
+
+def test_memory_arithmetic_names_every_number(aliases: dict[str, str], kimi: Path, host8: HostFacts) -> None:
+    model = read_model_dir(kimi)
+    refused = verdict(
+        "weights-exceed-static-memory", context(aliases, ["--tp-size", "8", "--mem-fraction-static", "0.7"], model=model, host=host8)
+    )
+    text = refused.text()
+    assert refused.verdict == "refused", text
+    for part in (
+        "591,000,000,000 B",
+        "metadata.total_size",
+        "--tp-size 8",
+        "= 68.8 GiB",
+        "--mem-fraction-static 0.7",
+        "97887 MiB",
+        "= 66.9 GiB",
+        "short by 1.9 GiB",
+        "raise --mem-fraction-static",
+    ):
+        assert part in text, (part, text)
+    auto = verdict("weights-exceed-static-memory", context(aliases, ["--tp-size", "8", *EAGLE], model=model, host=host8))
+    assert auto.verdict == "ok" and "(97887 MiB - 12288 MiB reserved incl. the draft) / 97887 MiB = 0.874" in auto.text(), auto.text()
+    assert "= 83.6 GiB" in auto.text() and "14.8 GiB left for the KV cache" in auto.text()
+
+
+# --- the upstream recipe ------------------------------------------------------------------------
+
+
+def recipe_argv() -> list[str]:
+    """The eagle3 profile of inventory/production/group_vars/all/service.yml as a command line."""
+    service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    argv: list[str] = []
+    for name, value in service["sglang_profiles"]["eagle3"].items():
+        value = {"{{ stack_model_path }}": "/data/kimi", "{{ stack_draft_model_path }}": "/data/eagle3"}.get(str(value), value)
+        value = "EAGLE3" if str(value) == "{{ stack_speculative_algorithm }}" else value
+        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return argv
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: HostFacts) -> None:
+    """Nothing refuses upstream's recipe on the Kimi-shaped model, draft and host, except the
+    checkpoint's FP8 KV hint on 0.5.9 (domain notes row 6: --kv-cache-dtype auto takes FP8 from
+    the checkpoint): with an explicit --kv-cache-dtype it is accepted on both releases."""
+    sglang = tree(version)
+    aliases = {name: flag.name for name, flag in _lookup(release_flag_table(sglang)).items()}
+    argv = recipe_argv()
+    assert argv[argv.index("--speculative-eagle-topk") : argv.index("--speculative-eagle-topk") + 2] == ["--speculative-eagle-topk", "1"]
+    kw = dict(
+        version=version,
+        model=read_model_dir(kimi),
+        draft=read_model_dir(MODELS / "kimi-k2.5-eagle3"),
+        host=host8,
+        registry=registered_architectures(sglang),
+        env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
+    )
+    verdicts = {e.id: evaluate_entry(e, context(aliases, argv, **kw)) for e in ENTRIES.values()}
+    refused = sorted(i for i, v in verdicts.items() if v.verdict == "refused")
+    assert refused == (["fp8-kv-from-checkpoint"] if version == "0.5.9" else []), refused
+    assert verdicts["weights-exceed-static-memory"].verdict == "ok"
+    assert verdicts["draft-architecture-unknown"].verdict == "ok"
+    assert verdicts["topk-tree-flashinfer-mla"].verdict == "ok"
+    explicit = [evaluate_entry(e, context(aliases, [*argv, "--kv-cache-dtype", "bfloat16"], **kw)) for e in ENTRIES.values()]
+    assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == []
+
+
+# --- the catalogue's schema ------------------------------------------------------------------
+
+
+def raw_catalogue() -> dict[str, Any]:
+    return yaml.safe_load(CATALOGUE.read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda e: e.pop("fix"), "entry 'fa3-on-sm120': missing field(s) fix"),
+        (
+            lambda e: e.update(severity="refuse", evidence="unconfirmed", unconfirmed="x"),
+            "entry 'fa3-on-sm120': field severity must be warn",
+        ),
+        (
+            lambda e: e.update(evidence="unconfirmed", severity="warn"),
+            "entry 'fa3-on-sm120': field unconfirmed must say what is not proven",
+        ),
+        (
+            lambda e: e.update(versions={"from": 0.5, "to": None}),
+            "entry 'fa3-on-sm120': field versions.from must be a quoted X.Y.Z version, found 0.5",
+        ),
+        (
+            lambda e: e.update(versions={"from": "0.5.9", "to": "0.5.1"}),
+            "entry 'fa3-on-sm120': field versions: to 0.5.1 is before from 0.5.9",
+        ),
+        (lambda e: e.update(refs=[]), "entry 'fa3-on-sm120': field refs must be a non-empty list"),
+        (lambda e: e.update(severity="fatal"), "entry 'fa3-on-sm120': field severity must be one of refuse, warn, found 'fatal'"),
+        (lambda e: e.update(colour="red"), "entry 'fa3-on-sm120': unknown field(s) colour"),
+        (lambda e: e["trigger"].append({"host": "ram_gib", "is": True}), "entry 'fa3-on-sm120': trigger[2]: host must name one of"),
+        (
+            lambda e: e["trigger"].append({"flags": ["--tp-size"], "gt": 1}),
+            "entry 'fa3-on-sm120': trigger[2]: flags must be a list of names without '--'",
+        ),
+        (
+            lambda e: e["trigger"].append({"flags": ["tp-size"]}),
+            "entry 'fa3-on-sm120': trigger[2]: flags needs exactly one of in, gt or given",
+        ),
+        (lambda e: e["trigger"].append({"env": ["X"], "truthy": True, "capability_major": [12]}), "trigger[2]: expected exactly one of"),
+        (lambda e: e.update(id="trtllm-mla-on-sm120"), "field id 'trtllm-mla-on-sm120' is used by an earlier entry"),
+    ],
+)
+def test_bad_entry_names_entry_and_field(change: Any, message: str) -> None:
+    data = raw_catalogue()
+    entry = next(e for e in data["entries"] if e["id"] == "fa3-on-sm120")
+    change(entry)
+    with pytest.raises(CatalogueError) as info:
+        parse_catalogue(data, "files/start-failures.yml")
+    assert message in str(info.value) and str(info.value).startswith("files/start-failures.yml: "), str(info.value)
+
+
+def test_catalogue_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(CatalogueError, match=r"nothing\.yml: cannot read the catalogue"):
+        load_catalogue(tmp_path / "nothing.yml")
+    (tmp_path / "bad.yml").write_text("schema: 2\nentries: []\n")
+    with pytest.raises(CatalogueError, match=r"bad\.yml: schema must be 1, found 2"):
+        load_catalogue(tmp_path / "bad.yml")
+
+
+def test_catalogue_covers_the_rows_asked_for() -> None:
+    rows = {e.row for e in ENTRIES.values()}
+    assert {1, 2, 4, 6, 7, 9, 11, 14, 15} <= rows
+    old_rules = {"topk-tree-flashinfer-mla", "allreduce-fusion-raises-on-sm120", "torch-symm-mem-keyerror-on-sm120"}
+    assert old_rules <= {e.id for e in ENTRIES.values() if e.row is None}
+
+
+# --- facts: model directories and host facts -------------------------------------------------
+
+
+def test_kimi_model_and_draft_facts(kimi: Path) -> None:
+    model = read_model_dir(kimi)
+    assert model.architectures == [KIMI_CLASS] and model.model_type == "kimi_k25" and model.is_mla
+    # config.json's quantization_config is read first, as SGLang 0.5.9 does (kv_cache_scheme float 8)
+    assert model.kv_cache_quant_algo == "FP8" and "config.json: quantization_config.kv_cache_scheme" in model.kv_cache_quant_source
+    assert model.total_size == 591_000_000_000
+    assert model.auto_map_missing == ["configuration_kimi_k25", "modeling_kimi_k25"]
+    draft = read_model_dir(MODELS / "kimi-k2.5-eagle3")
+    assert draft.architectures == ["LlamaForCausalLMEagle3"] and not draft.is_mla and draft.total_size is None
+
+
+def test_hf_quant_config_read_when_config_has_none(tmp_path: Path) -> None:
+    config = json.loads((MODELS / "kimi-k2.5-nvfp4" / "config.json").read_text())
+    del config["quantization_config"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shutil.copy(MODELS / "kimi-k2.5-nvfp4" / "hf_quant_config.json", tmp_path)
+    facts = read_model_dir(tmp_path)
+    assert facts.kv_cache_quant_algo == "FP8" and "hf_quant_config.json: quantization.kv_cache_quant_algo" in facts.kv_cache_quant_source
+    (tmp_path / "hf_quant_config.json").unlink()
+    assert read_model_dir(tmp_path).kv_cache_quant_algo is None
+
+
+def test_model_directory_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FactsError, match=r"^--model .*/absent: no such directory$"):
+        read_model_dir(tmp_path / "absent")
+    with pytest.raises(FactsError, match=r"config\.json: missing; a model directory holds config\.json"):
+        read_model_dir(tmp_path, "--draft-model")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(FactsError, match=r"config\.json: not JSON"):
+        read_model_dir(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"]}))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    with pytest.raises(FactsError, match=r"model\.safetensors\.index\.json: expected metadata\.total_size.*found None"):
+        read_model_dir(tmp_path)
+
+
+def test_host_facts_follow_the_captures() -> None:
+    """The fixtures are the nvidia-smi parser's reading of the captures, kept in step."""
+    rtx = json.loads(HOST8.read_text())
+    assert rtx["gpus"] == [g.as_dict() for g in parse_query_output((DATA / "nvidia-smi" / "eight-rtx-pro-6000.txt").read_text())]
+    h200 = read_host_facts(SF / "host-h200.json")
+    assert [g.as_dict() for g in parse_query_output((SF / "nvidia-smi-query-h200.txt").read_text())] == h200.gpus
+    assert h200.capability == "9.0" and h200.memory_mib == 143771 and h200.pcie_only is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "expected a JSON object as the preflight module returns it, found list"),
+        ({"gpu": []}, "unknown key(s) gpu"),
+        ({"gpus": [{"index": 0}]}, "gpus[0].name must be str, found None"),
+        (
+            {"gpus": [{"index": 0, "name": "x", "compute_cap": "sm120", "driver_version": "580.1", "memory_mib": 1}]},
+            "compute_cap should look like '12.0'",
+        ),
+        ({"pcie_only": "yes"}, "pcie_only must be true, false or null, found 'yes'"),
+        ({"nvidia_kernel_module": "closed"}, "nvidia_kernel_module must be 'open' or 'proprietary'"),
+    ],
+)
+def test_bad_host_facts(data: Any, message: str) -> None:
+    with pytest.raises(FactsError) as info:
+        parse_host_facts(data, "facts.json")
+    assert str(info.value).startswith("facts.json: ") and message in str(info.value)
+
+
+def test_parse_env_and_argv() -> None:
+    assert parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    with pytest.raises(ValueError, match=r"--env takes KEY=VALUE.*'NOEQUALS'"):
+        parse_env(["NOEQUALS"])
+    flags = parse_argv(["--tp", "8", "--trust-remote-code", "--cuda-graph-bs", "1", "2", "--x=y"], {"tp": "tensor-parallel-size"})
+    assert flags == {"tensor-parallel-size": "8", "trust-remote-code": True, "cuda-graph-bs": ["1", "2"], "x": "y"}
+
+
+# --- bin/sglang-flags ----------------------------------------------------------------------------
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CLI), "--python", "/nonexistent/python", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_recipe_accepted_json_lists_every_entry(kimi: Path) -> None:
+    out = cli(
+        "--sglang", tree("0.5.23"), "--model-class", KIMI_CLASS, "--json", "--model", kimi, "--draft-model", MODELS / "kimi-k2.5-eagle3",
+        "--host-facts", HOST8, "--env", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", "--", *recipe_argv(), "--kv-cache-dtype", "bfloat16",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    sf = report["start_failures"]
+    assert report["ok"] is True and sf["capability"] == "12.0" and sf["capability_from"] == "--host-facts"
+    assert sorted(v["id"] for v in sf["verdicts"]) == sorted(ENTRIES)
+    assert all(v["verdict"] in ("ok", "unknown", "n/a") and v["evidence"] for v in sf["verdicts"]), sf["verdicts"]
+    assert sf["counts"]["refused"] == 0 and sf["env"] == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+
+
+def test_cli_refuses_and_says_why(kimi: Path) -> None:
+    out = cli(
+        "--sglang",
+        tree("0.5.9"),
+        "--model-class",
+        KIMI_CLASS,
+        "--model",
+        kimi,
+        "--",
+        "--model-path",
+        "/data/kimi",
+        "--tp-size",
+        "8",
+        "--attention-backend=trtllm_mla",
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("refused: [trtllm-mla-on-sm120]") and "sglang #24633" in line for line in lines), out.stdout
+    assert any(line.startswith("refused: [fp8-kv-from-checkpoint]") for line in lines)
+    assert any(line.startswith("unknown: [weights-exceed-static-memory]") and "no --host-facts given" in line for line in lines)
+    assert lines[-1] == "flags refused: 2 problem(s)"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model", "/nonexistent/kimi"], "--model /nonexistent/kimi: no such directory"),
+        (["--draft-model", str(MODELS)], f"{MODELS}/config.json: missing"),
+        (["--host-facts", "/nonexistent/facts.json"], "/nonexistent/facts.json: missing"),
+        (["--env", "BROKEN"], "--env takes KEY=VALUE"),
+        (["--host-facts", str(SF / "host-h200.json"), "--gpu-cc", "12.0"], "--gpu-cc 12.0 differs from the GPUs in --host-facts"),
+    ],
+)
+def test_cli_bad_inputs_exit_2(extra: list[str], message: str) -> None:
+    out = cli("--sglang", tree("0.5.9"), "--model-class", KIMI_CLASS, *extra, "--", "--tp-size", "8")
+    assert out.returncode == 2 and message in out.stderr and out.stdout == "", out.stdout + out.stderr
+
+
+def test_cli_without_new_options_prints_no_catalogue() -> None:
+    out = cli(
+        "--sglang",
+        tree("0.5.9"),
+        "--model-class",
+        KIMI_CLASS,
+        "--",
+        "--model-path",
+        "/data/kimi",
+        "--tp-size",
+        "8",
+        "--attention-backend",
+        "trtllm_mla",
+    )
+    assert out.returncode == 0 and "start failures" not in out.stdout and out.stdout.splitlines()[-1] == "flags accepted", out.stdout
