@@ -589,3 +589,13 @@ def test_cli_without_new_options_prints_no_catalogue() -> None:
         "trtllm_mla",
     )
     assert out.returncode == 0 and "start failures" not in out.stdout and out.stdout.splitlines()[-1] == "flags accepted", out.stdout
+
+
+def test_registry_read_from_wheel_as_from_tree() -> None:
+    wheel = CACHE / "sglang" / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
+    if not wheel.exists():
+        pytest.fail(f"no SGLang 0.5.23 wheel at {wheel}: run `make sglang-wheels` first")
+    from_wheel = registered_architectures(wheel)
+    assert from_wheel is not None and from_wheel == registered_architectures(tree("0.5.23"))
+    assert {"LlamaForCausalLMEagle3", KIMI_CLASS} <= from_wheel and "NoSuchDraftForCausalLM" not in from_wheel
+    assert registered_architectures(DATA) is None
