@@ -293,7 +293,7 @@ def test_aliases_equals_form_and_acknowledgement(aliases: dict[str, str], kimi: 
     assert verdict("topk-tree-flashinfer-mla", context(aliases, argv, model=model)).verdict == "refused"
     acked = verdict("topk-tree-flashinfer-mla", context(aliases, argv, model=model, acknowledged=["allow-topk-tree-on-mla"]))
     assert acked.verdict == "warning" and "acknowledged (--allow-topk-tree-on-mla)" in acked.text()
-    # --tp (the alias SGLang declares for tensor-parallel-size) counts as --tp-size
+    # --tensor-parallel-size (0.5.9's canonical name, --tp-size its alias) is what the memory entry reads as tp-size
     mem = verdict("weights-exceed-static-memory", context(aliases, ["--tensor-parallel-size=8"], model=model, host=host8))
     assert mem.verdict == "ok" and "--tp-size 8" in mem.evidence[-1]
     # the MLA fact comes from --model-class when no directory is given
