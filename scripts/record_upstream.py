@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     mirrors = dict(m.split("=", 1) for m in args.mirror)
     text = INDEX.read_text(encoding="utf-8")
-    head = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    head = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))  # the comment block, kept
     data = yaml.safe_load(text)
     for entry in data["files"]:
         gitdir = mirrors.get(entry["repo"])
@@ -66,8 +66,15 @@ def main(argv: list[str]) -> int:
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_bytes(body)
         print(f"recorded {entry['repo']} {entry['tag']} {entry['path']} ({len(body)} bytes, sha256 {entry['sha256'][:12]})")
-    INDEX.write_text(head + yaml.safe_dump(data, sort_keys=False, width=140, allow_unicode=True), encoding="utf-8")
+    INDEX.write_text(head + "---\n" + yaml.dump(data, Dumper=_Indented, sort_keys=False, width=140, allow_unicode=True), encoding="utf-8")
     return 0
+
+
+class _Indented(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint (the project's lint) reads YAML."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
 
 
 if __name__ == "__main__":
