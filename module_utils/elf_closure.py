@@ -250,20 +250,29 @@ class Distribution:
 NO_DIST = Distribution("(no distribution)", "(file in no RECORD)")
 
 
+def dist_metadata(dist_info: Path) -> tuple[str, str]:
+    """Name and Version from a *.dist-info's METADATA headers ("" for each one absent, or no file)."""
+    name = version = ""
+    metadata = dist_info / "METADATA"
+    if not metadata.is_file():
+        return name, version
+    for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            break
+        if line.startswith("Name:"):
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("Version:"):
+            version = line.split(":", 1)[1].strip()
+    return name, version
+
+
 def record_owners(site: Path) -> dict[str, Distribution]:
     """Path relative to `site` (normalised) -> the distribution whose RECORD lists it."""
     owners: dict[str, Distribution] = {}
     for dist_info in sorted(site.glob("*.dist-info")):
-        name, _, version = dist_info.name[: -len(".dist-info")].partition("-")
-        metadata = dist_info / "METADATA"
-        if metadata.is_file():
-            for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
-                if not line.strip():
-                    break
-                if line.startswith("Name:"):
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("Version:"):
-                    version = line.split(":", 1)[1].strip()
+        dir_name, _, dir_version = dist_info.name[: -len(".dist-info")].partition("-")
+        name, version = dist_metadata(dist_info)
+        name, version = name or dir_name, version or dir_version
         record = dist_info / "RECORD"
         if not record.is_file():
             continue

@@ -37,7 +37,10 @@ try:  # inside Ansible
         witness_name,
     )
     from ansible.module_utils.cuda_toolkit import cudart_major, elf_needed  # type: ignore[import-not-found]
+    from ansible.module_utils.elf_closure import dist_metadata  # type: ignore[import-not-found]
 except ImportError:  # plain Python: module_utils/ is on sys.path
+    from elf_closure import dist_metadata  # type: ignore[no-redef]
+
     from build_pipeline import (  # type: ignore[no-redef]
         BuildError,
         SharedObject,
@@ -126,15 +129,9 @@ def site_packages(venv: str) -> list[Path]:
 
 
 def _metadata(dist_info: Path) -> tuple[str, str]:
-    name = version = ""
-    for line in (dist_info / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            break
-        if line.startswith("Name:"):
-            name = line.split(":", 1)[1].strip()
-        elif line.startswith("Version:"):
-            version = line.split(":", 1)[1].strip()
-    return name, version
+    if not (dist_info / "METADATA").is_file():
+        raise FileNotFoundError(str(dist_info / "METADATA"))
+    return dist_metadata(dist_info)
 
 
 def find_dist(sites: Sequence[Path], distribution: str) -> list[tuple[Path, Path, str]]:
