@@ -61,3 +61,32 @@ def sglang_tree() -> Path:
     if not (tree / "sglang").is_dir():
         pytest.fail(f"no unpacked SGLang 0.5.9 at {tree}: run `make sglang-wheels` first")
     return tree
+
+
+def rehearsal_script() -> object:
+    """scripts/rehearsal.py as a module (it is a script, not on the import path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rehearsal_script", ROOT / "scripts/rehearsal.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict:
+    """The production build specs and stack as the rehearsal renders them (tests/test_rehearsal.py, test_upstream_reference.py)."""
+    return rehearsal_script().render(ROOT / "inventory/production")  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def specs(rendered: dict) -> list:
+    """A copy of the rendered specs a test may break."""
+    import copy
+
+    return copy.deepcopy(rendered["specs"])
+
+
+def by_name(specs: list, name: str) -> dict:
+    return next(s for s in specs if s["name"] == name)

@@ -9,7 +9,6 @@ cuobjdump from `make wheelhouse`.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import shutil
@@ -50,35 +49,13 @@ from rehearsal import (
 from upstream_reference import load_reference
 
 from build_pipeline import plan
-from conftest import CACHE, ROOT
+from conftest import CACHE, ROOT, by_name
 
 FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
 INDEX = ROOT / "tests/data/upstream/index.yml"
 REFERENCE = load_reference(INDEX, yaml.safe_load(INDEX.read_text()))
 PROBE = ROOT / "tests/fixtures/sm120-probe/probe.cu"
 BACKEND = ROOT / "tests/fixtures/rehearsal-standins/standin_backend.py"
-
-
-def load_script() -> Any:
-    spec = importlib.util.spec_from_file_location("rehearsal_script", ROOT / "scripts/rehearsal.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def rendered() -> dict[str, Any]:
-    return load_script().render(ROOT / "inventory/production")
-
-
-@pytest.fixture()
-def specs(rendered: dict[str, Any]) -> list[dict[str, Any]]:
-    return copy.deepcopy(rendered["specs"])
-
-
-def by_name(specs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(s for s in specs if s["name"] == name)
 
 
 def fails(check: Any, *args: Any) -> str:

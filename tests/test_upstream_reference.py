@@ -8,7 +8,6 @@ once per session), the reference from tests/data/upstream/index.yml.
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +38,12 @@ from upstream_reference import (
     verify_copy,
 )
 
-from conftest import CACHE, ROOT
+from conftest import CACHE, ROOT, by_name
 
 FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
 INDEX = ROOT / "tests/data/upstream/index.yml"
 INDEX_DATA = yaml.safe_load(INDEX.read_text())
 REFERENCE = load_reference(INDEX, INDEX_DATA)
-
-
-@pytest.fixture(scope="session")
-def rendered() -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("rehearsal_script_ref", ROOT / "scripts/rehearsal.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render(ROOT / "inventory/production")
-
-
-@pytest.fixture()
-def specs(rendered: dict[str, Any]) -> list[dict[str, Any]]:
-    return copy.deepcopy(rendered["specs"])
-
-
-def by_name(specs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(s for s in specs if s["name"] == name)
 
 
 def fails(check: Any, *args: Any) -> str:
