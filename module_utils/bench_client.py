@@ -450,22 +450,27 @@ def evidence_lines(lines: Sequence[str], max_lines: int = 200) -> list[str]:
     return [redact_line(line) for line in startup + other[-max_lines:] + periodic[-max_lines:]]
 
 
-def evidence(url: str, unit: Optional[str], api_key: Optional[str], max_lines: int = 200) -> dict[str, Any]:
-    """The server's /server_info answer (/get_server_info on releases without it), redacted, and the
-    journal lines of the unit's current run that evidence_lines keeps."""
-    out: dict[str, Any] = {"url": url, "unit": unit, "server_info": None, "server_info_endpoint": None, "log": [], "journal_lines": 0}
+def server_info(url: str, api_key: Optional[str]) -> tuple[Optional[dict[str, Any]], Optional[str], str]:
+    """The server's /server_info answer (/get_server_info on releases without it), redacted; the
+    endpoint that answered; what went wrong ("" when it answered)."""
     problems = []
     for path in ("/server_info", "/get_server_info"):
         info = _get(url, path, api_key)
         if info is None:
             continue
         try:
-            out["server_info"], out["server_info_endpoint"] = redact(json.loads(info)), path
-            break
+            return redact(json.loads(info)), path, ""
         except ValueError as exc:
             problems.append(f"{path} is not JSON: {exc}")
-    if out["server_info"] is None and not problems:
-        problems.append(f"GET {url}/server_info and /get_server_info did not answer 200")
+    return None, None, "; ".join(problems) or f"GET {url}/server_info and /get_server_info did not answer 200"
+
+
+def evidence(url: str, unit: Optional[str], api_key: Optional[str], max_lines: int = 200) -> dict[str, Any]:
+    """The server's /server_info answer (/get_server_info on releases without it), redacted, and the
+    journal lines of the unit's current run that evidence_lines keeps."""
+    out: dict[str, Any] = {"url": url, "unit": unit, "server_info": None, "server_info_endpoint": None, "log": [], "journal_lines": 0}
+    out["server_info"], out["server_info_endpoint"], problem = server_info(url, api_key)
+    problems = [problem] if problem else []
     if unit:
         try:
             invocation = subprocess.run(

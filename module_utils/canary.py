@@ -412,28 +412,6 @@ def _lines(path: str) -> list[str]:
         return []
 
 
-def _server_info(url: str, api_key: Optional[str]) -> Optional[dict[str, Any]]:
-    for path in ("/server_info", "/get_server_info"):
-        text = bench_client._get(url, path, api_key)
-        if text is None:
-            continue
-        try:
-            data = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            return server_evidence.redact(data)
-    return None
-
-
-def _literal(raw: str) -> Any:
-    """A value as Python's repr of the server args wrote it (True, None, 'text', 8, 0.1)."""
-    constants = {"True": True, "False": False, "None": None}
-    if raw in constants:
-        return constants[raw]
-    return raw[1:-1] if raw[:1] == "'" else json.loads(raw)
-
-
 def backends(server_info: Optional[Mapping[str, Any]], log_lines: Sequence[str]) -> dict[str, Any]:
     """BACKEND_FIELDS as the server resolved them: /server_info when it answered, else the server args
     it logged at start; only the fields that version has."""
@@ -444,16 +422,9 @@ def backends(server_info: Optional[Mapping[str, Any]], log_lines: Sequence[str])
         found.update({k: inner[k] for k in BACKEND_FIELDS if k in inner and k not in found})
         if found:
             return {"source": "/server_info", "values": found}
-    marker = re.compile(server_evidence.SERVER_ARGS_LINE)
-    for line in log_lines:
-        if marker.search(line):
-            found = {}
-            for name in BACKEND_FIELDS:
-                m = re.search(rf"(?:\b{name}=|'{name}': )(True|False|None|'[^']*'|-?\d+(?:\.\d+)?)", line)
-                if m:
-                    raw = m.group(1)
-                    found[name] = _literal(raw)
-            return {"source": "server log (server_args)", "values": found}
+    logged = server_evidence.server_args_from_log(log_lines, BACKEND_FIELDS)
+    if logged is not None:
+        return {"source": "server log (server_args)", "values": {k: logged[k] for k in BACKEND_FIELDS if k in logged}}
     return {"source": "none: no /server_info answer and no server_args line in the log", "values": {}}
 
 
@@ -683,7 +654,7 @@ def run_canary(
                 result.pid = proc.pid
                 _watch_start(proc, url, result, t0, start_timeout, probe_timeout)
             if proc is not None and result.healthy_at is not None:
-                result.server_info = _server_info(url, api_key)
+                result.server_info = bench_client.server_info(url, api_key)[0]
                 result.requests = _requests(url, prompts, api_key, concurrency, request_timeout)
                 served = result.requests["streamed_ok"] and result.requests["concurrent_ok"] == result.requests["concurrent_total"]
                 if proc.poll() is not None:

@@ -737,10 +737,11 @@ def _passes(test: str, value: Any) -> bool:
     raise ValueError(f"unknown field test {test!r}")
 
 
-def server_args_from_log(lines: Iterable[str]) -> Optional[dict[str, Any]]:
-    """The top-level fields the table reads, from the server args SGLang logs at start
+def server_args_from_log(lines: Iterable[str], names: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
+    """The top-level fields the table reads (or `names`), from the server args SGLang logs at start
     (``server_args=ServerArgs(a=1, ...)`` up to 0.5.18, ``server_args={'a': 1, ...}`` from 0.5.19)."""
-    names = sorted({f.path for f in FIELDS if re.fullmatch(r"\w+", f.path)} | {"tp_size"})
+    if names is None:
+        names = sorted({f.path for f in FIELDS if re.fullmatch(r"\w+", f.path)} | {"tp_size"})
     marker = re.compile(next(m.regex for m in MARKERS if m.kind == "server_args"))
     for line in lines:
         if not marker.search(line):
