@@ -644,6 +644,7 @@ def write_standin_tree(
         "requires": list(fact(facts, name, "runtime_requires", [])),
         "requires_env": fact(facts, name, "requires_env", ""),
         "dynamic_requires": list(fact(facts, name, "dynamic_requires", [])),
+        "pin_env": fact(facts, name, "pin_env", {}),
         "tag": str(fact(facts, name, "wheel_tag", "py3-none-any")).replace("{python}", python_tag),
         "objects": sources,
     }
@@ -660,6 +661,9 @@ def write_standin_tree(
     if config["version_from"] == "pyproject":
         lines += ["", "[project]", f'name = "{config["distribution"]}"', f'version = "{base}"']
     (project / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if config["version_from"] == "setup.py":  # the file the spec's build script edits and checks
+        setup = f"# STAND-IN setup.py: only its version line, which the real build script edits\nsetup(\n    version='{base}',\n)\n"
+        (project / "setup.py").write_text(setup, encoding="utf-8")
     (project / "STANDIN").write_text(f"stand-in source of {name} for make rehearsal (not the upstream source)\n", encoding="utf-8")
     return dest
 
@@ -682,6 +686,12 @@ def build_in_process(tree: Path, spec: Mapping[str, Any], facts: Mapping[str, An
         text = pyproject.read_text(encoding="utf-8")
         pyproject.write_text(
             re.sub(r'^version = "([^"+]+)"$', rf'version = "\1+{spec["local_version"]}"', text, flags=re.MULTILINE), encoding="utf-8"
+        )
+    if spec.get("local_version") and fact(facts, spec["name"], "version_from") == "setup.py":
+        setup = project / "setup.py"
+        text = setup.read_text(encoding="utf-8")
+        setup.write_text(
+            re.sub(r"^(\s*)version='([^'+]+)',$", rf"\1version='\2+{spec['local_version']}',", text, flags=re.MULTILINE), encoding="utf-8"
         )
     out.mkdir(parents=True, exist_ok=True)
     code = "import os, sys; sys.path.insert(0, sys.argv[1]); import standin_backend as b; print(b.build_wheel(sys.argv[2]))"

@@ -14,6 +14,7 @@ bring); nothing is imported from the wheel.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import os
 import re
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from packaging.markers import Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -125,8 +126,10 @@ def _holds(marker: Marker) -> bool:
         return False
 
 
-def stack_from_metadata(metadata: str, source: str = "the SGLang METADATA") -> dict[str, str]:
-    """{sglang, torch, flashinfer, kernel_package, kernel_version} from an SGLang wheel's METADATA.
+def stack_from_metadata(metadata: str, source: str = "the SGLang METADATA") -> dict[str, Any]:
+    """{sglang, torch, flashinfer, kernel_package, kernel_version, pins} from an SGLang wheel's METADATA;
+    ``pins``: every requirement pinned to one exact version (normalised name -> version), which the
+    build specs of the CUDA-linked companions (torchaudio, torch_memory_saver) follow.
 
     ``ReleaseStackError`` when it is not SGLang's METADATA or a pin is missing or not exact."""
     name = metadata_header(metadata, "Name")
@@ -143,6 +146,7 @@ def stack_from_metadata(metadata: str, source: str = "the SGLang METADATA") -> d
         "flashinfer": _exact(pins.get(FLASHINFER), "flashinfer_python", version, source),
         "kernel_package": kernel.key if kernel else "",
         "kernel_version": _exact(kernel, " or ".join(KERNEL_PACKAGES), version, source),
+        "pins": {key: pin.exact for key, pin in sorted(pins.items()) if pin.exact is not None},
     }
     return stack
 
@@ -175,7 +179,7 @@ def wheel_metadata(wheel: Path) -> str:
         return archive.read(ours[0]).decode("utf-8", errors="replace")
 
 
-def stack_from_wheel(wheel: Path) -> dict[str, str]:
+def stack_from_wheel(wheel: Path) -> dict[str, Any]:
     return stack_from_metadata(wheel_metadata(wheel), source=str(wheel))
 
 
@@ -259,7 +263,7 @@ def _short_versions(line: str) -> str:
     return re.sub(r"\(from versions: ([^)]*)\)", newest, line)
 
 
-_MEMO: dict[tuple[str, tuple[str, ...], Optional[str]], dict[str, str]] = {}
+_MEMO: dict[tuple[str, tuple[str, ...], Optional[str]], dict[str, Any]] = {}
 
 
 def release_stack(
@@ -267,17 +271,17 @@ def release_stack(
     dirs: Sequence[Path],
     download_dir: Optional[Path] = None,
     python: str = sys.executable,
-) -> dict[str, str]:
+) -> dict[str, Any]:
     """The stack of SGLang ``version``: its wheel from ``dirs`` (each as is and ``<dir>/<version>/``),
     else downloaded once into ``download_dir`` (None: never downloaded). Memoised per process.
 
-    Returns {sglang, torch, flashinfer, kernel_package, kernel_version, wheel}."""
+    Returns {sglang, torch, flashinfer, kernel_package, kernel_version, pins, wheel}."""
     version = str(version).strip()
     if not VERSION.match(version):
         raise ReleaseStackError(f"{version!r} is not an SGLang version (e.g. 0.5.9)")
     key = (version, tuple(str(d) for d in dirs), str(download_dir) if download_dir else None)
     if key in _MEMO:
-        return dict(_MEMO[key])
+        return copy.deepcopy(_MEMO[key])
     wheel = find_wheel(version, [*dirs, *([download_dir] if download_dir else [])])
     if wheel is None:
         if download_dir is None:
@@ -289,4 +293,4 @@ def release_stack(
         raise ReleaseStackError(f"{wheel} is SGLang {stack['sglang']}, not {version}")
     stack["wheel"] = str(wheel)
     _MEMO[key] = stack
-    return dict(stack)
+    return copy.deepcopy(stack)

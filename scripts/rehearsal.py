@@ -88,7 +88,7 @@ RENDER = """- name: Render the production build specs and stack for make rehears
         mode: "0644"
       delegate_to: localhost
 """
-CUDA_SPECS = ("torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel")
+CUDA_SPECS = ("torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel", "torchvision", "torchaudio", "torch_memory_saver")
 KEYS = {"debian13": "8793F200", "debian12": "3bf863cc"}
 
 

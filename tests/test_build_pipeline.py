@@ -524,33 +524,9 @@ def test_a_missing_prebuilt_wheel_falls_back_to_the_source_build(cuda_home: Path
     assert result["artifact"]["origin"] == "built" and "exit status 3" in result["artifact"]["prebuilt_rejected"]
 
 
-def production_specs() -> list[dict[str, Any]]:
-    """The production specs, rendered with stack.yml as Ansible would."""
-    import jinja2
-    import yaml
-    from release_stack import release_stack
-
-    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
-    # what the lookup sglang_release_stack derives from stack_sglang_version (tests/test_release_stack.py renders it through Ansible)
-    release = release_stack(stack["stack_sglang_version"], [CACHE_DIR / "sglang"])
-    stack.update(
-        stack_torch_version=release["torch"],
-        stack_flashinfer_version=release["flashinfer"],
-        stack_kernel_package=release["kernel_package"],
-        stack_kernel_version=release["kernel_version"],
-        stack_triton_version=stack["stack_torch_triton_versions"][release["torch"]],
-    )
-    data = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())
-    env = jinja2.Environment()
-    env.globals["lookup"] = lambda *args: ""
-    context = {**stack, "inventory_dir": str(ROOT / "inventory/production")}
-    context["sglang_prebuilt_wheelhouse"] = env.from_string(data["sglang_prebuilt_wheelhouse"]).render(**context)
-    context["sglang_kernel_source_ref"] = env.from_string(data["sglang_kernel_source_ref"]).render(**context)
-    return yaml.safe_load(env.from_string(yaml.safe_dump(data["sglang_build_specs"])).render(**context))
-
-
-def test_production_specs_declare_what_the_real_sources_need() -> None:
-    by_name = {p.name: p.spec for p in plan(production_specs(), CONTEXT)}
+def test_production_specs_declare_what_the_real_sources_need(specs: list[dict[str, Any]]) -> None:
+    """The production specs as Ansible renders them (conftest's `specs`)."""
+    by_name = {p.name: p.spec for p in plan(specs, CONTEXT)}
     for name in ("torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel"):
         assert by_name[name]["local_version"] == "cu130" and by_name[name]["build_requires"], name
         assert "--no-build-isolation" not in by_name[name]["build"], name
@@ -567,8 +543,15 @@ def test_production_specs_declare_what_the_real_sources_need() -> None:
     assert any(r.startswith("nvidia-nvshmem-cu13") for r in jit["build_requires"])
     assert "NVSHMEM_INCLUDE_PATH" in jit["build"] and "NVSHMEM_LIBRARY_PATH" in jit["build"]
     assert "python -m build --wheel" in jit["build"]
-    for name in ("torch", "flashinfer_jit_cache", "sgl_kernel"):
+    for name in ("torch", "flashinfer_jit_cache", "sgl_kernel", "torchvision", "torchaudio"):
         assert "wheelhouse" in by_name[name]["prebuilt"], name  # the controller's vetted wheels, else source
+    # the CUDA-linked companions (0.5.9): built against our torch for CUDA 13, sglang installs after them
+    for name in ("torchvision", "torchaudio", "torch_memory_saver"):
+        assert by_name[name]["local_version"] == "cu130" and by_name[name]["verify"]["cudart"] == "13", name
+    assert by_name["torchvision"]["env"]["BUILD_VERSION"] == "0.24.1+cu130" and by_name["torchvision"]["env"]["PYTORCH_VERSION"] == "2.9.1"
+    assert by_name["torchaudio"]["env"]["BUILD_VERSION"] == "2.9.1+cu130"
+    assert by_name["torch_memory_saver"]["source"]["ref"] == "0f3d6edec6613408365b4f4a379a2a2886095393"
+    assert {"torchvision", "torchaudio", "torch_memory_saver"} <= set(by_name["sglang"]["depends_on"])
 
 
 def test_pypi_sgl_kernel_is_refused_by_the_local_version_label() -> None:

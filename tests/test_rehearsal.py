@@ -376,16 +376,19 @@ def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path:
     )
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.fullmatch(r"\d+ passed, 0 failed, 4 unchecked", lines[-1]), lines[-1]
+    assert re.fullmatch(r"\d+ passed, 0 failed, 10 unchecked", lines[-1]), lines[-1]
     assert all(re.match(r"(PASS|FAIL|UNCHECKED) [^:]+: ", line) for line in lines[:-2])
-    # what could not be checked is listed as such: torch's and sgl-kernel's files were not read at their tags
+    # what could not be checked is listed as such: the files of torch, sgl-kernel and the companions
+    # (torchvision, torchaudio, torch_memory_saver) were not recorded at their refs
     unchecked = sorted(line.split(":")[0] for line in lines if line.startswith("UNCHECKED "))
-    assert unchecked == [
-        "UNCHECKED upstream build-requires sgl_kernel",
-        "UNCHECKED upstream build-requires torch",
-        "UNCHECKED upstream version sgl_kernel",
-        "UNCHECKED upstream version torch",
-    ]
+    assert unchecked == sorted(
+        f"UNCHECKED upstream {what} {name}"
+        for name in ("sgl_kernel", "torch", "torch_memory_saver", "torchaudio", "torchvision")
+        for what in ("build-requires", "version")
+    )
+    # the companions' stand-ins are built and verified like the others
+    for name in ("torchvision", "torchaudio", "torch_memory_saver"):
+        assert any(line.startswith(f"PASS stand-in {name}: ") for line in lines), name
     broken = copy.deepcopy(rendered)
     by_name(broken["specs"], "torch")["pins"] = []
     specs_json.write_text(json.dumps(broken))
@@ -395,5 +398,5 @@ def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path:
         text=True,
         check=False,
     )
-    assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(" passed, 1 failed, 4 unchecked")
+    assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(" passed, 1 failed, 10 unchecked")
     assert "FAIL facts triton-pin: torch: pins expected to hold triton==3.5.1, found []" in proc.stdout

@@ -96,6 +96,7 @@ def test_stack_is_the_wheels_own_pins(version: str) -> None:
     pins = pins_in_wheel(wheel)
     stack = stack_from_wheel(wheel)
     kernel = "sgl-kernel" if version == "0.5.9" else "sglang-kernel"  # renamed in 0.5.10
+    exact = stack.pop("pins")
     assert stack == {
         "sglang": version,
         "torch": pins["torch"],
@@ -103,17 +104,29 @@ def test_stack_is_the_wheels_own_pins(version: str) -> None:
         "kernel_package": kernel,
         "kernel_version": pins[kernel],
     }
+    unconditional = {k: v for k, v in pins.items() if k != "sglang"}
+    assert unconditional.items() <= exact.items(), {k: (v, exact.get(k)) for k, v in unconditional.items() if exact.get(k) != v}
 
 
 def test_known_releases() -> None:
-    assert stack_from_wheel(wheel_of("0.5.9")) == {
+    companions = ("torchaudio", "torch-memory-saver", "torchao", "torchcodec", "torchvision")
+    pins = stack_from_wheel(wheel_of("0.5.9")).pop("pins")
+    # the CUDA-linked companions' exact pins (torchcodec's only on Linux x86_64; torchvision unpinned)
+    assert {k: v for k, v in pins.items() if k in companions} == {
+        "torchaudio": "2.9.1",
+        "torch-memory-saver": "0.0.9",
+        "torchao": "0.9.0",
+        "torchcodec": "0.8.0",
+    }
+    assert "torch-memory-saver" not in stack_from_wheel(wheel_of("0.5.23"))["pins"]  # >=0.0.9.post1 there: no exact pin
+    assert {k: v for k, v in stack_from_wheel(wheel_of("0.5.9")).items() if k != "pins"} == {
         "sglang": "0.5.9",
         "torch": "2.9.1",
         "flashinfer": "0.6.3",
         "kernel_package": "sgl-kernel",
         "kernel_version": "0.3.21",
     }
-    assert stack_from_wheel(wheel_of("0.5.23")) == {
+    assert {k: v for k, v in stack_from_wheel(wheel_of("0.5.23")).items() if k != "pins"} == {
         "sglang": "0.5.23",
         "torch": "2.14.1",
         "flashinfer": "0.7.2",  # pinned as flashinfer_python[cu13]==0.7.2
@@ -223,15 +236,25 @@ def test_production_specs_follow_0_5_23(tmp_path: Path) -> None:
     assert kernel["package"] == "sglang-kernel" and kernel["prebuilt"]["pattern"] == "sglang_kernel-0.4.10+cu130-*.whl"
     assert '"^version = \\"0.4.10+${SGLANG_LOCAL_VERSION}\\"$"' in kernel["build"] and kernel["source"]["ref"] == "v0.5.23"
     assert specs["sglang"]["source"]["wheel"] == "sglang==0.5.23"
+    # the companions: torchvision follows torch, torchaudio the release's pin; 0.5.23 pins no exact
+    # torch_memory_saver (its >=0.0.9.post1 wheel carries CUDA-13 objects), so none is built
+    assert specs["torchvision"]["source"]["ref"] == "v0.29.1" and specs["torchaudio"]["source"]["ref"] == "v" + pins["torchaudio"]
+    assert "torch_memory_saver" not in specs
+    assert specs["sglang"]["depends_on"] == ["torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel", "torchaudio", "torchvision"]
     old = {p.name: p.key for p in plan(render(tmp_path)["specs"], CONTEXT)}
     new = {p.name: p.key for p in plan(out["specs"], CONTEXT)}
-    assert all(old[name] != new[name] for name in old)  # a new stack is built anew
+    assert set(old) - set(new) == {"torch_memory_saver"}
+    assert all(old[name] != new[name] for name in new)  # a new stack is built anew
 
 
 def test_one_variable_overrides_the_release(tmp_path: Path) -> None:
-    out = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.11.0")
+    # torchvision follows torch through a recorded map that knows no 2.11.0: the render names it
+    failed = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.11.0")
+    assert "torch 2.11.0 has no recorded torchvision" in failed["error"] and "or set stack_torchvision_version" in failed["error"]
+    out = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.11.0", "stack_torchvision_version=0.26.0")
     specs = by_name(out["specs"])
     assert specs["torch"]["source"]["ref"] == "v2.11.0" and specs["torch"]["pins"] == ["triton==3.6.0"]
+    assert specs["torchvision"]["source"]["ref"] == "v0.26.0" and specs["torchvision"]["env"]["PYTORCH_VERSION"] == "2.11.0"
     assert specs["flashinfer"]["source"]["ref"] == "v0.7.2" and specs["sgl_kernel"]["package"] == "sglang-kernel"
     # a group's group_vars win over the release too
     inventory = tmp_path / "inventory"
@@ -244,9 +267,11 @@ def test_one_variable_overrides_the_release(tmp_path: Path) -> None:
 
 
 def test_a_torch_without_a_recorded_triton(tmp_path: Path) -> None:
-    failed = render(tmp_path, "stack_torch_version=2.99.0")
+    failed = render(tmp_path, "stack_torch_version=2.99.0", "stack_torchvision_version=0.99.0")
     assert "torch 2.99.0 has no recorded triton" in failed["error"] and "or set stack_triton_version" in failed["error"]
-    specs = by_name(render(tmp_path, "stack_torch_version=2.99.0", "stack_triton_version=3.99.0")["specs"])
+    specs = by_name(
+        render(tmp_path, "stack_torch_version=2.99.0", "stack_triton_version=3.99.0", "stack_torchvision_version=0.99.0")["specs"]
+    )
     assert specs["torch"]["pins"] == ["triton==3.99.0"]
 
 

@@ -18,7 +18,7 @@ description:
   - Reads the C(Requires-Dist) pins of the SGLang wheel of each given version on the controller
     (module_utils/release_stack.py) and returns, for each, a dictionary with C(sglang), C(torch),
     C(flashinfer), C(kernel_package) (C(sgl-kernel) up to 0.5.9, C(sglang-kernel) from 0.5.10 on),
-    C(kernel_version) and C(wheel) (the file read).
+    C(kernel_version), C(pins) (every requirement pinned to one exact version, by its normalised name) and C(wheel) (the file read).
   - The wheel is looked for as C(sglang-<version>-*.whl) in each of O(dirs) and in C(<dir>/<version>/);
     when there is none, C(pip download --no-deps sglang==<version>) fetches a wheel the GPU host could
     install (CPython 3.11, manylinux x86_64) into C(<download_dir>/<version>/), once; later runs reuse it.
@@ -54,7 +54,7 @@ EXAMPLES = """
 
 RETURN = """
 _list:
-  description: One dictionary per version, keys sglang, torch, flashinfer, kernel_package, kernel_version, wheel.
+  description: One dictionary per version, keys sglang, torch, flashinfer, kernel_package, kernel_version, pins, wheel.
   type: list
   elements: dict
 """
