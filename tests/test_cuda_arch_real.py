@@ -131,7 +131,7 @@ def test_require_12_0_accepts_sm_120a_and_refuses_other_arch_only(sgl_kernel: tu
 def production_sgl_kernel_verify() -> dict[str, Any]:
     """The sgl_kernel spec's verify rules from the production inventory, for 12.0, without the
     cudart rule (the released 0.3.21 wheel is a CUDA 12.9 build: libcudart.so.12)."""
-    specs = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())["sglang_build_specs"]
+    specs = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())["sglang_build_core_specs"]
     rules = dict(next(s for s in specs if s["name"] == "sgl_kernel")["verify"])
     assert rules.pop("cudart") == "13"
     rules["cuda_arch"] = "12.0"
@@ -225,7 +225,7 @@ def test_a_wheel_without_sm120_code_fails(nvshmem: tuple[Path, Path], tmp_path: 
 
 
 def test_production_specs_validate_and_bad_exceptions_are_named() -> None:
-    specs = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())["sglang_build_specs"]
+    specs = yaml.safe_load((ROOT / "inventory/production/group_vars/all/build.yml").read_text())["sglang_build_core_specs"]
     kernel = copy.deepcopy(next(s for s in specs if s["name"] == "sgl_kernel"))
     kernel["depends_on"] = []
     kernel["verify"]["cuda_arch"] = "12.0"
