@@ -11,6 +11,13 @@ description:
     each path), total memory, and, when O(gpu_required=true), the GPUs reported by
     C(nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv,noheader).
   - Reports every problem at once, each saying what was expected and what was found.
+  - Also gathers the host's facts the start-failure catalogue reads (module_utils/host_facts.py),
+    namely the GPU link matrix (C(nvidia-smi topo -m)), the NVIDIA kernel module
+    (C(/proc/driver/nvidia/version)), the IOMMU (C(/proc/cmdline), C(/sys/kernel/iommu_groups)),
+    ACS redirect on PCI bridges (C(lspci -vvv), as root) and FlashInfer's JIT toolchain (nvcc,
+    ninja, gcc, glibc). A fact that cannot be read is null, with the reason in RV(facts_unknown);
+    it is never a problem and never fails the module.
+  - The result, saved as JSON, is a C(bin/sglang-flags --host-facts) file.
   - Never changes anything.
 options:
   disks:
@@ -50,6 +57,16 @@ options:
     description: Oldest acceptable driver version.
     type: str
     default: "580.65.06"
+  lspci:
+    description: Path or name of lspci (pciutils), read for RV(acs_redirect); run as root to see the capabilities.
+    type: str
+    default: lspci
+  cuda_home:
+    description:
+      - The CUDA toolkit the release's FlashInfer JIT compiles with; its C(bin/nvcc) is read for
+        RV(nvcc_version), else the nvcc on PATH.
+    type: path
+    default: /usr/local/cuda-13.0
 attributes:
   check_mode:
     description: Measures only; a check-mode run measures and fails exactly as a real run does.
@@ -101,11 +118,111 @@ problems:
   elements: str
   returned: always
   sample: ["/opt/sglang/build: expected at least 200 GiB free, found 35.2 GiB (measured at /opt)"]
+gpu_topology:
+  description: C(nvidia-smi topo -m) as GPU -> other GPU -> link (PIX, PXB, PHB, NODE, SYS, NV#); null when unknown.
+  type: dict
+  returned: always
+  sample: {GPU0: {GPU1: PIX, GPU2: NODE}, GPU1: {GPU0: PIX, GPU2: NODE}, GPU2: {GPU0: NODE, GPU1: NODE}}
+pcie_only:
+  description: True when no GPU pair is linked by NVLink; null with fewer than two GPUs or no matrix.
+  type: bool
+  returned: always
+  sample: true
+nvidia_kernel_module:
+  description: C(open) or C(proprietary), from C(/proc/driver/nvidia/version); null when unknown.
+  type: str
+  returned: always
+  sample: open
+nvidia_module_version:
+  description: The kernel module's version; null when unknown.
+  type: str
+  returned: always
+  sample: 580.82.07
+nvidia_module_gcc:
+  description: The GCC the kernel module was built with; null when unknown.
+  type: str
+  returned: always
+  sample: 13.3.0
+iommu_cmdline:
+  description: The IOMMU switches on C(/proc/cmdline) (intel_iommu, amd_iommu, iommu, iommu.passthrough).
+  type: dict
+  returned: always
+  sample: {amd_iommu: "on", iommu: pt}
+iommu_groups:
+  description: How many IOMMU groups C(/sys/kernel/iommu_groups) lists (0 - no IOMMU in use).
+  type: int
+  returned: always
+  sample: 48
+iommu_group_types:
+  description: IOMMU group type -> number of groups (identity - passthrough; DMA, DMA-FQ - translated).
+  type: dict
+  returned: always
+  sample: {identity: 48}
+iommu_mode:
+  description: C(off), C(passthrough) or C(translated); null when the group types and the command line do not say.
+  type: str
+  returned: always
+  sample: passthrough
+acs_redirect:
+  description: True when a PCI bridge has ACS redirect on (C(lspci -vvv) ACSCtl C(ReqRedir+) or C(CmpltRedir+)).
+  type: bool
+  returned: always
+  sample: false
+acs_redirect_bridges:
+  description: The bridges with ACS redirect on, as lspci names them.
+  type: list
+  elements: str
+  returned: always
+  sample: ["00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])"]
+nvcc_path:
+  description: The nvcc read (O(cuda_home)/bin/nvcc, else PATH).
+  type: str
+  returned: always
+  sample: /usr/local/cuda-13.0/bin/nvcc
+nvcc_version:
+  description: That nvcc's release, X.Y.
+  type: str
+  returned: always
+  sample: "13.0"
+ninja_version:
+  description: C(ninja --version), its leading X.Y.Z.
+  type: str
+  returned: always
+  sample: 1.13.2
+gcc_version:
+  description: C(gcc --version).
+  type: str
+  returned: always
+  sample: 13.3.0
+glibc_version:
+  description: The C library's version.
+  type: str
+  returned: always
+  sample: "2.39"
+jit_tools_missing:
+  description: Which of nvcc, ninja and gcc were not found.
+  type: list
+  elements: str
+  returned: always
+  sample: [ninja]
+facts_unknown:
+  description: Fact -> why it is null (a command or file absent, unreadable or not in the expected format).
+  type: dict
+  returned: always
+  sample: {acs_redirect: "lspci not found (install pciutils to read the bridges' ACS settings)"}
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_checks import DiskNeed, check_disk, check_memory
+from ansible.module_utils.host_facts import DEFAULT_CUDA_HOME, gather
 from ansible.module_utils.nvidia_smi import QUERY_ARGS, GpuExpectation, gpu_report
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
 
 
 def main() -> None:
@@ -128,6 +245,8 @@ def main() -> None:
             gpu_name_pattern=dict(type="str", default="RTX PRO 6000"),
             gpu_compute_cap=dict(type="str", default="12.0"),
             gpu_min_driver=dict(type="str", default="580.65.06"),
+            lspci=dict(type="str", default="lspci"),
+            cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
         ),
         supports_check_mode=True,
     )
@@ -155,7 +274,18 @@ def main() -> None:
         gpus = [gpu.as_dict() for gpu in report.gpus]
         problems += report.problems
 
+    facts = gather(
+        lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="surrogate_or_replace", handle_exceptions=False),
+        read_text,
+        which=module.get_bin_path,
+        listdir=os.listdir,
+        nvidia_smi=params["nvidia_smi"],
+        lspci=params["lspci"],
+        cuda_home=params["cuda_home"],
+    )
+
     result = dict(
+        facts.as_dict(),
         changed=False,
         disks=[dict(label=s.label, path=s.path, measured_at=s.measured_at, free_gib=s.free_gib, min_gib=s.min_gib) for s in disks],
         memory_gib=memory_gib,

@@ -30,13 +30,24 @@ try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.server_flags)
         FlagError,
         _lookup,
         package_dir,
+        read_server_args,
         read_sources,
         release_flag_table,
         sglang_version,
         validate,
     )
 except ImportError:  # bin/sglang-flags and the tests: module_utils/ is on sys.path
-    from server_flags import Flag, FlagError, _lookup, package_dir, read_sources, release_flag_table, sglang_version, validate  # type: ignore[no-redef]
+    from server_flags import (  # type: ignore[no-redef]
+        Flag,
+        FlagError,
+        _lookup,
+        package_dir,
+        read_server_args,
+        read_sources,
+        release_flag_table,
+        sglang_version,
+        validate,
+    )
 
 # Target model classes (config.json "architectures") whose attention is MLA.
 MLA_MODEL_CLASSES = frozenset(
@@ -96,7 +107,9 @@ class Finding:
 class FlagReport:
     sglang: str
     version: Optional[str]
-    parser: str  # "sglang" (its own parser imported) or "static" (the table read from its sources)
+    # "sglang" (its own parser imported), "static" (the table read from its sources) or
+    # "server_args" (its own ServerArgs built and checked on a faked device: module_utils/flag_gate.py)
+    parser: str
     parser_reason: str
     argv: list[str]
     errors: list[Finding] = field(default_factory=list)
@@ -109,6 +122,8 @@ class FlagReport:
 
     @property
     def parser_line(self) -> str:
+        if self.parser == "server_args":
+            return "parser: sglang (imported; its ServerArgs built and checked: prepare_server_args, check_server_args)"
         return "parser: sglang (imported)" if self.parser == "sglang" else f"parser: static table ({self.parser_reason})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -433,6 +448,9 @@ def check_launch(
     errors: list[Finding] = []
     table: Optional[dict[str, Flag]] = None
     table_error = ""
+    # Not SGLang (no sglang/srt/server_args.py in the directory or the wheel's archive): FlagError
+    # here, before a wheel is unpacked for the import check.
+    read_server_args(sglang)
     try:
         table = release_flag_table(sglang)
     except FlagError as exc:

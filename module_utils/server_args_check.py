@@ -36,8 +36,11 @@ the innermost SGLang frame, the stage: ``parse``, ``post_init`` or ``check_serve
 ``changes``: every field whose value SGLang changed, named by its flag (``rewritten``: the flag was
 given and SGLang uses another value; ``chosen``: the flag was not given and SGLang chose a value other
 than the flag's default); ``warnings``: one sentence per rewrite and per choice among the fields the
-toolkit's rules read (``WATCHED_FIELDS``); ``resolved``: the values of those fields; ``log``: what
-SGLang logged while it resolved; ``env_set_by_sglang``: the variables it set in its environment.
+toolkit's rules read (``WATCHED_FIELDS``); ``resolved``: the values of those fields; ``values``: every
+``ServerArgs`` field as SGLang resolved it (the report's ``field_flags`` names each field's flag);
+``abbreviations``: options typed as a prefix of one of SGLang's (its argparse expands them; the
+toolkit refuses them); ``log``: what SGLang logged while it resolved; ``env_set_by_sglang``: the
+variables it set in its environment.
 Exit status 0 all accepted, 1 one refused, 2 bad request (nothing imported when the request itself is
 wrong), 3 SGLang does not import in this Python (nothing checked). Only the 0.5.9-style resolution
 in ``__post_init__`` is known; a release whose ``ServerArgs`` resolves in ``resolve_once()`` (0.5.2x)
@@ -409,6 +412,20 @@ class Checker:
             return given
         return set()
 
+    def _abbreviations(self, argv: list[str]) -> list[dict[str, str]]:
+        """The options on the command line that are not option strings of SGLang's parser but prefixes
+        of one (argparse's allow_abbrev, on in SGLang's launcher, expands them)."""
+        options = sorted((o for o in self._parser()._option_string_actions if o.startswith("--")), key=lambda o: (len(o), o))
+        out = []
+        for token in argv:
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or name == "--" or name in options:
+                continue
+            longer = [o for o in options if o.startswith(name)]
+            if longer:
+                out.append({"typed": name, "option": longer[0], "candidates": longer[:5]})
+        return out
+
     def _substitute(self, argv: list[str], dest: str, value: str, what: str) -> list[str]:
         options = next((a.option_strings for a in self._parser()._actions if a.dest == dest), [])
         out, found = [], False
@@ -508,6 +525,7 @@ class Checker:
             result["changes"] = changes
             result["warnings"] = [_warning(c) for c in changes if c["kind"] == "rewritten" or c["field"] in WATCHED_FIELDS]
             result["resolved"] = {f: _jsonable(_resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
+            result["values"] = {f.name: _jsonable(_resolved(server_args, f.name)) for f in dataclasses.fields(server_args)}
         finally:
             root.removeHandler(capture)
             sglang_logger.setLevel(old_level)
@@ -515,6 +533,7 @@ class Checker:
             os.environ.clear()
             os.environ.update(saved_env)
         result["env_set_by_sglang"] = {k: v for k, v in env_after.items() if env_before.get(k) != v}
+        result["abbreviations"] = self._abbreviations(parsed_argv[0] if parsed_argv else argv)
         result["log"] = capture.lines
         result["seconds"] = round(time.monotonic() - started, 3)
         return result
@@ -788,6 +807,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "sglang_dir": checker.sglang_file,
         "python": sys.executable,
         "import_seconds": checker.import_seconds,
+        "field_flags": checker.parser_dest_flags,
         "results": results if args.batch else None,
     }
     if not args.batch:

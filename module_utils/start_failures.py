@@ -1,7 +1,8 @@
 """The catalogue of known start failures (files/start-failures.yml) and its checks.
 
-Every entry of the catalogue is evaluated against what a start will meet: the launch flags (argv,
-SGLang's aliases and ``--flag=value`` both read), the server's environment, the SGLang version,
+Every entry of the catalogue is evaluated against what a start will meet: the launch flags (the
+values SGLang's own ServerArgs resolved where that check ran, ``Context.resolved``; else argv as
+typed, SGLang's aliases and ``--flag=value`` both read), the server's environment, the SGLang version,
 the GPUs' compute capability, and, when given, facts read from the model and draft directories
 (config.json, the quantization config, the safetensors index, the auto_map modules) and the
 host's facts (what preflight gathers: GPUs with memory and driver, PCIe-only topology, kernel
@@ -32,6 +33,10 @@ try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.flag_rules)
     from ansible.module_utils.flag_rules import MLA_MODEL_CLASSES  # type: ignore[import-not-found]
 except ImportError:  # bin/sglang-flags and the tests: module_utils/ is on sys.path
     from flag_rules import MLA_MODEL_CLASSES  # type: ignore[no-redef]
+try:  # the schema of the facts preflight gathers (module_utils/host_facts.py)
+    from ansible.module_utils.host_facts import FACT_KEYS, check_facts  # type: ignore[import-not-found]
+except ImportError:
+    from host_facts import FACT_KEYS, check_facts  # type: ignore[no-redef]
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "files" / "start-failures.yml"
 GIB = 1024**3
@@ -58,7 +63,16 @@ ENTRY_KEYS = {
 }
 # Facts each condition kind may name, and the operators it takes.
 MODEL_FACTS = ("is_mla", "kv_cache_quant_algo", "architectures", "model_type", "auto_map_missing", "registered")
-HOST_FACTS = ("pcie_only", "driver_version", "nvidia_kernel_module", "deep_gemm_importable")
+HOST_FACTS = (
+    "pcie_only",
+    "driver_version",
+    "nvidia_kernel_module",
+    "deep_gemm_importable",
+    "iommu_mode",
+    "acs_redirect",
+    "nvcc_version",
+    "jit_tools_missing",
+)
 CONDITIONS = {
     "flags": ("in", "gt", "given", "default"),
     "env": ("truthy", "default"),
@@ -69,9 +83,10 @@ CONDITIONS = {
     "check": (),
 }
 CHECKS = ("memory",)
-# Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py, and the
-# keys Ansible adds to a module result) plus the facts only a later gatherer provides.
-HOST_FACT_KEYS = {"gpus", "memory_gib", "disks", "problems", "changed", "failed", "msg", "invocation", *HOST_FACTS}
+# Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
+# the facts of module_utils/host_facts.py, and the keys Ansible adds to a module result) plus the
+# facts only a later gatherer provides (deep_gemm_importable).
+HOST_FACT_KEYS = {"gpus", "memory_gib", "disks", "problems", "changed", "failed", "msg", "invocation", *FACT_KEYS, *HOST_FACTS}
 GPU_KEYS = {"index": int, "name": str, "compute_cap": str, "driver_version": str, "memory_mib": int}
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -398,6 +413,13 @@ class HostFacts:
     pcie_only: Optional[bool] = None
     nvidia_kernel_module: Optional[str] = None
     deep_gemm_importable: Optional[bool] = None
+    iommu_mode: Optional[str] = None  # off / passthrough / translated
+    acs_redirect: Optional[bool] = None
+    nvcc_version: Optional[str] = None  # "13.0"
+    jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc
+    nvidia_module_version: Optional[str] = None
+    unknown: dict[str, str] = field(default_factory=dict)  # fact -> why it is null (the file's facts_unknown)
+    facts: dict[str, Any] = field(default_factory=dict)  # every other gathered fact (gpu_topology, iommu_cmdline, ...)
 
     @property
     def capability(self) -> Optional[str]:
@@ -406,6 +428,9 @@ class HostFacts:
 
     @property
     def driver_version(self) -> Optional[str]:
+        """The GPUs' driver when they agree; with no GPUs listed, the kernel module's version."""
+        if not self.gpus:
+            return self.nvidia_module_version
         drivers = sorted({g["driver_version"] for g in self.gpus})
         return drivers[0] if len(drivers) == 1 else None
 
@@ -416,8 +441,9 @@ class HostFacts:
 
 def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
     """Host facts as library/sglang_preflight.py returns them (gpus: index, name, compute_cap,
-    driver_version, memory_mib), plus pcie_only, nvidia_kernel_module (open / proprietary) and
-    deep_gemm_importable where a gatherer provides them."""
+    driver_version, memory_mib; the facts of module_utils/host_facts.py FACTS, null when unknown,
+    with the reasons in facts_unknown), plus deep_gemm_importable where a gatherer provides it.
+    Every fact may be absent (unknown)."""
     if not isinstance(data, dict):
         raise FactsError(f"{source}: expected a JSON object as the preflight module returns it, found {type(data).__name__}")
     unknown = sorted(set(data) - HOST_FACT_KEYS)
@@ -436,13 +462,36 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
             raise FactsError(f"{source}: gpus[{number}].compute_cap should look like '12.0', found {gpu['compute_cap']!r}")
         if not re.fullmatch(r"\d+(\.\d+)*", gpu["driver_version"]):
             raise FactsError(f"{source}: gpus[{number}].driver_version should look like '580.82.07', found {gpu['driver_version']!r}")
-    for key in ("pcie_only", "deep_gemm_importable"):
-        if data.get(key) is not None and not isinstance(data[key], bool):
-            raise FactsError(f"{source}: {key} must be true, false or null, found {data[key]!r}")
-    module = data.get("nvidia_kernel_module")
-    if module is not None and module not in ("open", "proprietary"):
-        raise FactsError(f"{source}: nvidia_kernel_module must be 'open' or 'proprietary', found {module!r}")
-    return HostFacts(source, gpus, data.get("pcie_only"), module, data.get("deep_gemm_importable"))
+    if data.get("deep_gemm_importable") is not None and not isinstance(data["deep_gemm_importable"], bool):
+        raise FactsError(f"{source}: deep_gemm_importable must be true, false or null, found {data['deep_gemm_importable']!r}")
+    problems = check_facts(data)
+    if problems:
+        raise FactsError(f"{source}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    typed = {
+        "pcie_only",
+        "nvidia_kernel_module",
+        "deep_gemm_importable",
+        "iommu_mode",
+        "acs_redirect",
+        "nvcc_version",
+        "jit_tools_missing",
+        "nvidia_module_version",
+        "facts_unknown",
+    }
+    return HostFacts(
+        source,
+        gpus,
+        pcie_only=data.get("pcie_only"),
+        nvidia_kernel_module=data.get("nvidia_kernel_module"),
+        deep_gemm_importable=data.get("deep_gemm_importable"),
+        iommu_mode=data.get("iommu_mode"),
+        acs_redirect=data.get("acs_redirect"),
+        nvcc_version=data.get("nvcc_version"),
+        jit_tools_missing=data.get("jit_tools_missing"),
+        nvidia_module_version=data.get("nvidia_module_version"),
+        unknown=dict(data.get("facts_unknown") or {}),
+        facts={k: v for k, v in data.items() if k in FACT_KEYS and k not in typed},
+    )
 
 
 def read_host_facts(path: str | Path) -> HostFacts:
@@ -523,11 +572,57 @@ class Context:
     planned_patches: list[str] = field(default_factory=list)
     acknowledged: list[str] = field(default_factory=list)  # acknowledged_by names the operator gave
     aliases: dict[str, str] = field(default_factory=dict)  # every flag name SGLang accepts -> the key in flags
+    # The values SGLang's own ServerArgs resolved (canonical flag name -> value), where that check
+    # ran (module_utils/flag_gate.py): the conditions read these instead of the typed flags. None:
+    # the flags as typed.
+    resolved: Optional[dict[str, Any]] = None
+    resolved_by: str = "SGLang's ServerArgs"  # who resolved them, for the evidence
 
     def flag(self, name: str) -> tuple[bool, Any]:
-        """(given, value) of a flag named as the catalogue names it (any of SGLang's names)."""
+        """(set, value) of a flag named as the catalogue names it (any of SGLang's names): the value
+        SGLang resolved where it ran (set: not None and not False), else the typed one (set: given)."""
         key = self.aliases.get(name, name)
+        if self.resolved is not None and key in self.resolved:
+            value = self.resolved[key]
+            return (value is not None and value is not False, value)
         return (key in self.flags, self.flags.get(key))
+
+    def flag_note(self, name: str) -> str:
+        """'' where the value read is the typed one; else how SGLang's value differs from it."""
+        key = self.aliases.get(name, name)
+        if self.resolved is None or key not in self.resolved:
+            return ""
+        value = self.resolved[key]
+        if key not in self.flags:
+            return "" if value is None or value is False else " (not given: the value SGLang resolved)"
+        typed = self.flags[key]
+        return "" if _same_value(typed, value) else f" (typed {typed}: the value SGLang resolved)"
+
+    @property
+    def flag_source(self) -> str:
+        """Where the flag values the conditions read come from, one line of evidence."""
+        if self.resolved is not None:
+            return f"flags as {self.resolved_by} resolved them"
+        return "flags as typed (SGLang's ServerArgs did not resolve them)"
+
+
+def _same_value(typed: Any, value: Any) -> bool:
+    """A typed flag value (text, True, a list of texts) and a resolved one (int, float, bool, ...) agree."""
+    if isinstance(typed, list) or isinstance(value, list):
+        typed_list = typed if isinstance(typed, list) else [typed]
+        value_list = value if isinstance(value, list) else [value]
+        return len(typed_list) == len(value_list) and all(_same_value(t, v) for t, v in zip(typed_list, value_list))
+    if typed is True or isinstance(value, bool):
+        return typed is True and value is True
+    try:
+        return float(typed) == float(value)
+    except (TypeError, ValueError):
+        return str(typed) == str(value)
+
+
+def _shown(value: Any) -> str:
+    """A flag value for the evidence: floats SGLang computed rounded (0.7523519433593749 -> 0.7524)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -565,9 +660,18 @@ def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
     names = cond["flags"]
     given = {n: ctx.flag(n)[1] for n in names if ctx.flag(n)[0]}
     shown = " / ".join(f"--{n}" for n in names)
+    # typed: given or not; resolved: set (a value other than None / False) or not
+    absent = "not set" if ctx.resolved is not None else "not given"
+
+    def listed(items: Mapping[str, Any]) -> str:
+        return ", ".join(f"--{n}" + ("" if v is True else f" {_shown(v)}") + ctx.flag_note(n) for n, v in items.items())
+
     if "given" in cond:
         found = bool(given)
-        text = ", ".join(f"--{n}" for n in given) + " given" if given else f"{shown} not given"
+        if not given:
+            text = f"{shown} {absent}"
+        else:
+            text = ", ".join(f"--{n}" for n in given) + " given" if ctx.resolved is None else listed(given) + " (set)"
         return found == cond["given"], text
     values = dict(given)
     if not values and "default" in cond:
@@ -576,13 +680,13 @@ def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
     else:
         note = ""
     if not values:
-        return False, f"{shown} not given"
+        return False, f"{shown} {absent}"
     if "in" in cond:
         wanted = {str(v) for v in cond["in"]}
         hits = {n: v for n, v in values.items() if str(v) in wanted}
         if hits:
-            return True, ", ".join(f"--{n} {v}" for n, v in hits.items()) + note
-        return False, ", ".join(f"--{n} {v}" for n, v in values.items()) + note + f" (not {'/'.join(sorted(wanted))})"
+            return True, listed(hits) + note
+        return False, listed(values) + note + f" (not {'/'.join(sorted(wanted))})"
     unknown = []
     for name, value in values.items():
         try:
@@ -591,10 +695,10 @@ def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
             unknown.append(f"--{name} {value!r} is not a number")
             continue
         if number > cond["gt"]:
-            return True, f"--{name} {value} (> {cond['gt']})"
+            return True, listed({name: value}) + f" (> {cond['gt']})"
     if unknown:
         return None, "; ".join(unknown)
-    return False, ", ".join(f"--{n} {v}" for n, v in values.items()) + f" (not > {cond['gt']})"
+    return False, listed(values) + f" (not > {cond['gt']})"
 
 
 def _env_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
@@ -659,19 +763,33 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
         return None, f"no --host-facts given: host {fact} unknown"
     value = ctx.host.driver_version if fact == "driver_version" else getattr(ctx.host, fact)
     if value is None:
-        why = "the GPUs report different drivers or none" if fact == "driver_version" else "not in the file"
+        if fact in ctx.host.unknown:
+            why = ctx.host.unknown[fact]
+        else:
+            why = "the GPUs report different drivers or none" if fact == "driver_version" else "not in the file"
         return None, f"host {fact} unknown ({why}: {ctx.host.source})"
     if "lt" in cond:
         parts = tuple(int(p) for p in str(value).split("."))
-        return parts < tuple(int(p) for p in cond["lt"].split(".")), f"driver {value} (needs {cond['lt']} or newer)"
+        name = "driver" if fact == "driver_version" else f"host {fact}"
+        return parts < tuple(int(p) for p in cond["lt"].split(".")), f"{name} {value} (needs {cond['lt']} or newer)"
+    if isinstance(value, list):  # jit_tools_missing: `in` matches any of them, `is: true` any at all
+        text = f"host {fact}: {', '.join(value) or 'none'}"
+        if "is" in cond:
+            return bool(value) == cond["is"], text
+        return any(str(v) in {str(w) for w in cond["in"]} for v in value), text
     if "is" in cond:
-        return bool(value) == cond["is"], f"host {fact} {str(value).lower()}"
+        text = f"host {fact} {str(value).lower()}"
+        bridges = ctx.host.facts.get("acs_redirect_bridges") if fact == "acs_redirect" else None
+        if value and bridges:
+            text += f" (bridges {', '.join(b.split()[0] for b in bridges)})"
+        return bool(value) == cond["is"], text
     return str(value) in {str(v) for v in cond["in"]}, f"host {fact} {value}"
 
 
 def memory_check(entry: Entry, ctx: Context) -> Result:
     """Weights per GPU (index total_size, plus the draft's, / tp x pp) against the static memory
-    (--mem-fraction-static, or the largest fraction SGLang picks by itself, x the smallest GPU).
+    (--mem-fraction-static as SGLang resolved it where its ServerArgs ran, else as typed, else the
+    largest fraction SGLang picks by itself, x the smallest GPU).
 
     Assumes the weights shard evenly over the GPUs (replicated layers make a GPU's share larger)
     and counts nothing else inside the fraction: what is left of it is the KV cache, which must
@@ -697,7 +815,7 @@ def memory_check(entry: Entry, ctx: Context) -> Result:
             parallel *= int(raw)
         except (TypeError, ValueError):
             return None, f"--{name} {raw!r} is not an integer"
-        shares.append(f"--{name} {raw}" + ("" if given else " (default)"))
+        shares.append(f"--{name} {raw}" + (ctx.flag_note(name) if given else " (default)"))
     draft_bytes = ctx.draft.total_size if ctx.draft is not None and ctx.draft.total_size else 0
     weights = (ctx.model.total_size + draft_bytes) / parallel
     gpu_mib = ctx.host.memory_mib
@@ -707,7 +825,9 @@ def memory_check(entry: Entry, ctx: Context) -> Result:
             fraction = float(raw)
         except (TypeError, ValueError):
             return None, f"--mem-fraction-static {raw!r} is not a number"
-        fraction_text = f"--mem-fraction-static {fraction}"
+        # Where SGLang's ServerArgs ran, this is its own value (chosen for this model and device when
+        # the flag is not given), not the approximation below.
+        fraction_text = f"--mem-fraction-static {_shown(fraction)}{ctx.flag_note('mem-fraction-static')}"
     else:
         reserve = entry.params["auto_reserved_mib"]
         speculative = ctx.flag("speculative-algorithm")[1] not in (None, True, "NGRAM")
@@ -772,13 +892,15 @@ def evaluate_entry(entry: Entry, ctx: Context) -> Verdict:
     if not in_range:
         return verdict("n/a", [f"SGLang {ctx.version} is outside {entry.range_text}"])
     results = [_condition(entry, cond, ctx) for cond in entry.trigger]
+    # Which flag values the conditions read: SGLang's resolved ones or the typed ones.
+    source = [ctx.flag_source] if any("flags" in cond or "check" in cond for cond in entry.trigger) else []
     failed = [text for value, text in results if value is False]
     if failed:
-        return verdict("ok", failed)
+        return verdict("ok", [*source, *failed])
     absent = [text for value, text in results if value is None]
     if absent:
-        return verdict("unknown", absent)
-    evidence = [f"SGLang {ctx.version} (in {entry.range_text})", *(text for _, text in results)]
+        return verdict("unknown", [*source, *absent])
+    evidence = [f"SGLang {ctx.version} (in {entry.range_text})", *source, *(text for _, text in results)]
     waived = [p for p in entry.waived_by_patches if p in ctx.planned_patches]
     if waived:
         return verdict("ok", [*evidence, f"waived: the release carries patch {', '.join(waived)}"])

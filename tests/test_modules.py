@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import yaml
+from host_facts import FACTS
+from start_failures import read_host_facts
 
 from conftest import DATA, ROOT
 
@@ -87,6 +89,57 @@ def test_preflight_reports_a_failing_nvidia_smi(tmp_path):
 def test_preflight_skips_gpus_when_not_required(tmp_path):
     result = run_module("sglang_preflight", {"gpu_required": False, "nvidia_smi": str(tmp_path / "none")})
     assert not result.get("failed") and result["gpus"] == []
+
+
+def fake_gpu_host(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in nvidia-smi answering the GPU query and `topo -m` from captures (eight RTX PRO 6000
+    on PCIe), and a CUDA home whose nvcc prints the real H200's `nvcc --version`."""
+    facts = DATA / "host-facts"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        f"if [ \"$1\" = topo ]; then cat '{facts / 'rtx-pro-6000-pcie' / 'topo-m.txt'}';"
+        f" else cat '{DATA / 'nvidia-smi' / 'eight-rtx-pro-6000.txt'}'; fi\n"
+    )
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text(f"#!/bin/sh\ncat '{facts / 'h200-real' / 'nvcc.txt'}'\n")
+    for tool in (smi, cuda / "bin" / "nvcc"):
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return smi, cuda
+
+
+def test_preflight_gathers_the_host_facts_and_they_read_back_as_host_facts(tmp_path):
+    smi, cuda = fake_gpu_host(tmp_path)
+    args = {"nvidia_smi": str(smi), "cuda_home": str(cuda), "lspci": str(tmp_path / "no-lspci")}
+    result = run_module("sglang_preflight", args)
+    assert not result.get("failed"), result.get("msg")
+    assert result["pcie_only"] is True and result["gpu_topology"]["GPU0"]["GPU1"] == "PIX" and len(result["gpu_topology"]) == 8
+    assert (result["nvcc_path"], result["nvcc_version"]) == (str(cuda / "bin" / "nvcc"), "13.0")
+    assert "nvcc" not in result["jit_tools_missing"]
+    # an absent command is an unknown fact with its reason, never a problem
+    assert result["acs_redirect"] is None and result["acs_redirect_bridges"] is None and result["problems"] == []
+    lspci_absent = f"{tmp_path / 'no-lspci'} not found (install pciutils to read the bridges' ACS settings)"
+    assert result["facts_unknown"]["acs_redirect"] == lspci_absent
+    assert sorted(k for k in FACTS if result[k] is None) == sorted(result["facts_unknown"])
+    # action and _ansible_no_log are the json callback's; a registered result has neither
+    saved = {k: v for k, v in result.items() if k not in ("action", "_ansible_no_log")}
+    (tmp_path / "facts.json").write_text(json.dumps(saved))
+    host = read_host_facts(tmp_path / "facts.json")
+    assert host.pcie_only is True and host.nvcc_version == "13.0" and host.capability == "12.0" and host.memory_mib == 97887
+    assert host.unknown["acs_redirect"] == result["facts_unknown"]["acs_redirect"]
+    checked = run_module("sglang_preflight", args, flags=("--check",))
+    assert {k: checked[k] for k in FACTS} == {k: result[k] for k in FACTS}
+
+
+def test_preflight_facts_never_change_its_verdict(tmp_path):
+    """Without nvidia-smi every GPU fact is unknown, and the failure is the GPU check's alone."""
+    result = run_module("sglang_preflight", {"nvidia_smi": str(tmp_path / "absent-nvidia-smi"), "cuda_home": str(tmp_path)})
+    assert result["failed"] and result["msg"].startswith("preflight found 1 problem(s): cannot list GPUs")
+    assert result["gpu_topology"] is None and result["pcie_only"] is None
+    assert result["facts_unknown"]["pcie_only"] == f"{tmp_path / 'absent-nvidia-smi'} not found (is the NVIDIA driver installed?)"
+    skipped = run_module("sglang_preflight", {"gpu_required": False, "nvidia_smi": str(tmp_path / "none")})
+    assert not skipped.get("failed") and skipped["gpus"] == [] and skipped["pcie_only"] is None
 
 
 def test_cuda_verify_accepts_the_real_toolkit(cuda_home):

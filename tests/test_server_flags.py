@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,15 @@ def test_the_import_check_falls_back_without_torch() -> None:
     report = check_launch(CACHE / "0.5.9", argv=["--model-path", "/m", "--tp", "8"], model_class=KIMI, python=sys.executable)
     assert report.parser_line.startswith("parser: static table (cannot import")
     assert [e.message for e in report.errors] == ["--tp is an abbreviation, which is refused; use --tp-size"]
+
+
+def test_a_wheel_that_is_not_sglang_is_refused_before_it_is_unpacked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_launch reads sglang/srt/server_args.py from the archive first: a wheel without it is
+    refused before the import check would unpack it into the cache."""
+    wheel = tmp_path / "notsglang-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("notsglang/__init__.py", "")
+    monkeypatch.setenv("SGLANG_FLAGS_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FlagError, match="not an SGLang package or wheel"):
+        check_launch(wheel, argv=["--model-path", "/m"], model_class=KIMI, python=sys.executable)
+    assert not (tmp_path / "cache").exists()

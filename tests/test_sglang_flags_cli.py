@@ -1,21 +1,40 @@
-"""bin/sglang-flags as an operator runs it, on the real SGLang 0.5.9 (its own parser imported in the
-0.5.9 runtime environment) and the real 0.5.23 (whose parser needs transformers 5.x: the static
-table read from its sources). Few subprocesses: each SGLang import takes a while."""
+"""bin/sglang-flags and its gate (module_utils/flag_gate.py) as an operator runs them, on the real
+SGLang 0.5.9 (its own ServerArgs built in the 0.5.9 runtime environment, device faked as 8 RTX PRO
+6000, compute capability 12.0) and the real 0.5.23 (no runtime for it here: the partial verdict, on
+the static table read from its sources).
+
+SGLang's import takes most of a check's ~10 s, so the runtime runs three times in all: one batch of
+flag sets through flag_gate.check_flag_sets, two command lines. Those tests are skipped, with the
+reason, only where the 0.5.9 runtime or its unpacked tree is absent (as tests/test_server_args_check.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from flag_gate import FlagSet, GateReport, check_flag_sets, device_for, find_runtime, flashinfer_pin
+from start_failures import CATALOGUE, Context, HostFacts, evaluate_entry, load_catalogue, read_host_facts, read_model_dir
+from test_server_args_check import REMOTE_CODE_STANDIN, eagle3_recipe
 
-from conftest import CACHE, ROOT
+from conftest import CACHE, DATA, ROOT
+from flag_rules import check_launch
 
 CLI = ROOT / "bin" / "sglang-flags"
 WHEEL_0523 = CACHE / "sglang" / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
+WHEEL_059 = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
+RUNTIME = CACHE / "sglang-runtime" / "0.5.9"
+PYTHON = RUNTIME / "venv" / "bin" / "python"
+TREE = CACHE / "sglang" / "0.5.9"
+MODELS = DATA / "models"
+DRAFT = MODELS / "kimi-k2.5-eagle3"
+HOST8 = DATA / "start-failures" / "host-8x-rtx-pro-6000.json"
 KIMI = "KimiK25ForConditionalGeneration"
 EAGLE = [
     "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", "--trust-remote-code",
@@ -23,12 +42,21 @@ EAGLE = [
     "--attention-backend", "flashinfer",
 ]  # fmt: skip
 RECIPE = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+SPEC_3_1_16 = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "16"]
+SPEC_2_4_8 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
 TOPK4 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"]
+BF16 = ["--kv-cache-dtype", "bfloat16"]  # explicit, so the checkpoint's FP8 KV hint (catalogue row 6) stays out of the way
+ENTRIES = [e.id for e in load_catalogue()]
+
+needs_runtime = pytest.mark.skipif(
+    not (RUNTIME / ".stamp").exists() or not (TREE / "sglang" / "srt" / "server_args.py").is_file(),
+    reason=f"needs the SGLang 0.5.9 runtime at {RUNTIME} (`make sglang-runtime`) and the unpacked tree at {TREE} (`make sglang-wheels`)",
+)
 
 
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SGLANG_TOOLKIT_CACHE": str(CACHE)}
-    return subprocess.run([sys.executable, str(CLI), *map(str, args)], capture_output=True, text=True, env=env, timeout=600, check=False)
+def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "SGLANG_TOOLKIT_CACHE": str(CACHE), **(env or {})}
+    return subprocess.run([sys.executable, str(CLI), *map(str, args)], capture_output=True, text=True, env=full, timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +66,323 @@ def wheel_0523() -> Path:
     return WHEEL_0523
 
 
-def test_0_5_9_recipe_passes_with_its_own_parser_and_fusion_warns(sglang_runtime_python: Path, sglang_tree: Path) -> None:
-    """The default --python is the 0.5.9 runtime environment; allreduce fusion is a no-op there."""
-    out = run("--sglang", sglang_tree, "--model-class", KIMI, "--json", "--", *EAGLE, *RECIPE, "--enable-flashinfer-allreduce-fusion")
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Kimi-K2.5-NVFP4 shaped: config.json and hf_quant_config.json (tests/data/models/README.md), the
+    index holding only metadata.total_size (tests/data/start-failures/README.md), and the TEST FIXTURE
+    stand-in for the model's own configuration_kimi_k25.py that --trust-remote-code loads
+    (tests/test_server_args_check.py)."""
+    directory = tmp_path_factory.mktemp("kimi-k2.5-nvfp4")
+    for name in ("config.json", "hf_quant_config.json"):
+        shutil.copy(MODELS / "kimi-k2.5-nvfp4" / name, directory / name)
+    shutil.copy(DATA / "start-failures" / "kimi-k2.5-nvfp4" / "model.safetensors.index.json", directory)
+    (directory / "configuration_kimi_k25.py").write_text(REMOTE_CODE_STANDIN)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def deepseek_v3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DeepSeek-V3 shaped: the text_config of the Kimi fixture (a DeepseekV3ForCausalLM, see
+    tests/data/models/README.md) on its own, model_type deepseek_v3 so transformers' own
+    DeepseekV3Config reads it (no remote code)."""
+    config = json.loads((MODELS / "kimi-k2.5-nvfp4" / "config.json").read_text())["text_config"]
+    config.pop("auto_map", None)
+    config["model_type"] = "deepseek_v3"
+    directory = tmp_path_factory.mktemp("deepseek-v3")
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def host8() -> HostFacts:
+    return read_host_facts(HOST8)
+
+
+@pytest.fixture(scope="module")
+def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateReport]:
+    """Every flag set through the gate in one runtime process, --gpu-cc 12.0 on the host facts' GPUs."""
+    base = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", *BF16]
+    eagle3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
+    recipe = eagle3_recipe(Path("/data/Kimi-K2.5-NVFP4"), Path("/data/eagle3/output_100k_sglang/4"))
+    sets = {
+        "no-num-steps": [*base, *eagle3, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+        "trtllm-mha": [*base, "--attention-backend", "trtllm_mha"],
+        "bad-choice": [*base, "--attention-backend", "no_such_backend"],
+        "draft-tokens-16": [*base, *eagle3, *SPEC_3_1_16, "--attention-backend", "flashinfer"],
+        # NEXTN is SGLang's alias of EAGLE: it resolves it, and the rules read EAGLE.
+        "nextn": [*base, "--speculative-algorithm", "NEXTN", *SPEC_2_4_8, "--attention-backend", "flashinfer"],
+        "recipe": recipe,
+        "recipe-bf16": [*recipe, *BF16],
+    }
+    flag_sets = [FlagSet(argv, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
+    # DeepSeek MTP without a draft path: SGLang fills it in with the model's own.
+    mtp = ["--model-path", "/data/DeepSeek-V3", "--tp-size", "8", "--speculative-algorithm", "EAGLE", *RECIPE]
+    flag_sets.append(FlagSet(mtp, model=deepseek_v3, label="mtp"))
+    reports = check_flag_sets(TREE, flag_sets, model_class=KIMI, gpu_cc="12.0", host=host8)
+    return {r.label or "": r for r in reports}
+
+
+def entry(report: GateReport, entry_id: str) -> Any:
+    return next(v for v in report.verdicts if v.id == entry_id)
+
+
+@needs_runtime
+def test_sglangs_own_check_ran_in_the_releases_runtime(gate: dict[str, GateReport]) -> None:
+    report = gate["recipe-bf16"]
+    assert report.complete and report.python == str(PYTHON)
+    assert report.python_reason == "the runtime environment `make sglang-runtime` builds for SGLang 0.5.9; no --python given"
+    assert report.device == {
+        "capability": "12.0",
+        "memory_mib": 97887,
+        "count": 8,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "flashinfer_version": "0.6.3",
+    }
+    assert report.device_from[0] == "compute capability 12.0 (--gpu-cc)"
+    assert "FlashInfer 0.6.3, the version SGLang 0.5.9 pins (its METADATA)" in report.device_from
+    sa = report.server_args
+    assert sa is not None and sa["sglang_version"] == "0.5.9" and sa["import_seconds"] < 30
+    assert all(r.server_args and r.server_args["seconds"] < 5 for r in gate.values())
+    assert report.verdict_line.startswith("verdict: complete")
+
+
+@needs_runtime
+def test_eagle3_without_num_steps_is_refused_with_sglangs_assertion(gate: dict[str, GateReport]) -> None:
+    report = gate["no-num-steps"]
+    assert report.complete and not report.ok
+    assert report.server_args is not None and report.server_args["stage"] == "post_init"
+    assert report.flags.errors[0].message == (
+        "SGLang 0.5.9 refuses the flags (post_init): AssertionError: (no message); raised at "
+        "sglang/srt/server_args.py:2425 in _handle_speculative_decoding: `and self.speculative_num_draft_tokens is None`"
+    )
+    assert "sglang/srt/server_args.py:2425" in report.flags.errors[0].fix
+    # SGLang refused, so nothing was resolved: the catalogue reads the flags as typed, and says so.
+    assert report.start_failures is not None and report.start_failures["flag_values"] == "typed"
+    assert entry(report, "trtllm-mla-on-sm120").evidence[0] == "flags as typed (SGLang's ServerArgs did not resolve them)"
+
+
+@needs_runtime
+def test_trtllm_mha_is_refused_with_sglangs_message(gate: dict[str, GateReport]) -> None:
+    report = gate["trtllm-mha"]
+    assert not report.ok
+    assert report.flags.errors[0].message == (
+        "SGLang 0.5.9 refuses the flags (post_init): ValueError: TRTLLM MHA backend is only supported on Blackwell GPUs "
+        "(SM100). Please use a different backend.; raised at sglang/srt/server_args.py:1900 in "
+        "_handle_attention_backend_compatibility: `raise ValueError(`"
+    )
+
+
+@needs_runtime
+def test_a_value_sglangs_parser_refuses_is_its_argparse_message(gate: dict[str, GateReport]) -> None:
+    message = gate["bad-choice"].flags.errors[0].message
+    assert message.startswith("SGLang 0.5.9's parser refuses the flags: argument --attention-backend: invalid choice: 'no_such_backend'")
+    assert message.endswith("; in SGLang at sglang/srt/server_args.py:5591 in prepare_server_args: `raw_args = parser.parse_args(argv)`")
+
+
+@needs_runtime
+def test_draft_tokens_16_with_topk_1_is_a_rewrite_warning(gate: dict[str, GateReport]) -> None:
+    """0.5.9 _handle_speculative_decoding: with topk 1, draft tokens become num_steps + 1 (3 + 1)."""
+    report = gate["draft-tokens-16"]
+    assert report.ok and report.flags.errors == [], [e.text() for e in report.flags.errors]
+    assert [w.message for w in report.flags.warnings] == [
+        "--speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead (speculative_num_draft_tokens, silently); SGLang logs: "
+        "WARNING server_args.py:2447: speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+        "speculative_eagle_topk == 1"
+    ]
+    assert report.server_args is not None
+    assert [(c["flag"], c["given"], c["resolved"]) for c in report.server_args["rewritten"]] == [("--speculative-num-draft-tokens", 16, 4)]
+    lines = report.lines()
+    assert any(line.startswith("warning: --speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead") for line in lines)
+
+
+@needs_runtime
+def test_the_rules_read_the_values_sglang_resolved(gate: dict[str, GateReport]) -> None:
+    """--speculative-algorithm NEXTN: SGLang runs EAGLE (a reported rewrite); the catalogue and the
+    hardware rules read EAGLE, topk 4 and flashinfer as SGLang resolved them."""
+    report = gate["nextn"]
+    assert report.flags.warnings[0].message.startswith('--speculative-algorithm "NEXTN": SGLang 0.5.9 uses "EAGLE" instead')
+    assert report.start_failures is not None and report.start_failures["flag_values"] == "resolved"
+    tree = entry(report, "topk-tree-flashinfer-mla")
+    assert tree.verdict == "refused", tree.text()
+    assert tree.evidence[1] == "flags as SGLang 0.5.9's ServerArgs resolved them"
+    assert "--speculative-algorithm EAGLE (typed NEXTN: the value SGLang resolved)" in tree.evidence
+    assert "--speculative-eagle-topk 4 (> 1)" in tree.evidence
+    # flag_rules' own rules too: on the typed NEXTN they saw no EAGLE algorithm and passed the flags.
+    errors = [e.message for e in report.flags.errors]
+    assert any(e.startswith("--speculative-eagle-topk 4 with --attention-backend flashinfer on an MLA target") for e in errors)
+    assert "--speculative-algorithm EAGLE needs a draft model" in errors
+    typed = check_launch(TREE, argv=gate["nextn"].flags.argv, model_class=KIMI, python=None)
+    assert typed.ok, [e.text() for e in typed.errors]
+
+
+@needs_runtime
+def test_deepseek_mtp_without_a_draft_path_is_accepted(gate: dict[str, GateReport], deepseek_v3: Path) -> None:
+    """SGLang fills the draft path in for DeepSeek MTP; the typed flags' rule refused this valid setup."""
+    report = gate["mtp"]
+    assert report.ok and report.flags.errors == [], [e.text() for e in report.flags.errors]
+    assert report.server_args is not None and report.server_args["resolved"]["speculative_draft_model_path"] == str(deepseek_v3)
+    assert '--speculative-draft-model-path "/data/DeepSeek-V3"' in report.chosen
+    typed = check_launch(TREE, argv=report.flags.argv, model_class="DeepseekV3ForCausalLM", python=None)
+    assert [e.message for e in typed.errors] == ["--speculative-algorithm EAGLE needs a draft model"]
+
+
+@needs_runtime
+def test_upstream_kimi_eagle3_recipe_on_the_kimi_fixtures(gate: dict[str, GateReport]) -> None:
+    """SGLang 0.5.9 accepts upstream's recipe and rewrites nothing. The catalogue refuses it once:
+    SGLang resolves --kv-cache-dtype to auto, and 0.5.9's ModelRunner.configure_kv_cache_dtype (run
+    after the load, not in ServerArgs) then takes FP8 from the checkpoint's kv_cache_scheme (domain
+    notes row 6). With --kv-cache-dtype given the recipe is accepted with nothing to warn about."""
+    report = gate["recipe"]
+    assert report.server_args is not None and report.server_args["verdict"] == "ok" and report.server_args["rewritten"] == []
+    assert report.flags.ok and not report.ok
+    assert [v.id for v in report.refused_entries] == ["fp8-kv-from-checkpoint"]
+    assert "--kv-cache-dtype auto (not given: the value SGLang resolved)" in entry(report, "fp8-kv-from-checkpoint").evidence
+    # The memory entry reads SGLang's own fraction (0.752 for this multimodal model with a draft),
+    # not the approximation from its params (0.874).
+    memory = entry(report, "weights-exceed-static-memory")
+    assert memory.verdict == "ok"
+    assert "static memory = --mem-fraction-static 0.7524 (not given: the value SGLang resolved) x 97887 MiB" in memory.text()
+    assert "= 71.9 GiB; 3.1 GiB left for the KV cache" in memory.text()
+    explicit = gate["recipe-bf16"]
+    assert explicit.ok and explicit.flags.warnings == [] and explicit.flags.errors == []
+    assert [v.id for v in explicit.verdicts if v.verdict in ("refused", "warning")] == []
+    assert not any(c.startswith("--attention-backend") for c in explicit.chosen)  # given, so not SGLang's choice
+
+
+@needs_runtime
+def test_cli_complete_json_lists_every_entry_and_sglangs_verdict(kimi: Path) -> None:
+    """No --python: the runtime of the release is found; allreduce fusion is a no-op on 0.5.9 (both
+    the hardware rule and the catalogue say so)."""
+    out = run(
+        "--sglang", TREE, "--model-class", KIMI, "--gpu-cc", "12.0", "--json", "--model", kimi, "--draft-model", DRAFT,
+        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, "--enable-flashinfer-allreduce-fusion",
+    )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
-    assert report["parser"] == "sglang" and report["parser_line"] == "parser: sglang (imported)" and report["version"] == "0.5.9"
-    assert report["ok"] is True and report["errors"] == []
+    assert report["ok"] is True and report["verdict_scope"] == "complete" and report["partial_reason"] is None
+    assert report["parser"] == "server_args" and report["version"] == "0.5.9"
+    assert report["python"] == str(PYTHON) and "builds for SGLang 0.5.9; no --python given" in report["python_reason"]
+    assert report["server_args"]["verdict"] == "ok" and report["server_args"]["error"] is None
+    assert report["server_args"]["argv_checked"][1] == str(kimi)
     assert [w["reference"] for w in report["warnings"]] == ["sglang #16283, #18758"]
-    assert "no-op" in report["warnings"][0]["text"]
+    sf = report["start_failures"]
+    assert sorted(v["id"] for v in sf["verdicts"]) == sorted(ENTRIES) and sf["flag_values"] == "resolved"
+    assert all(v["evidence"] for v in sf["verdicts"]), sf["verdicts"]
+    assert [v["id"] for v in sf["verdicts"] if v["verdict"] == "warning"] == ["allreduce-fusion-noop-on-sm120"]
+    assert sf["counts"]["refused"] == 0 and sf["catalogue"] == str(CATALOGUE)
 
 
-def test_0_5_9_abbreviation_and_topk_tree_refused(sglang_runtime_python: Path) -> None:
-    wheel = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
-    out = run("--sglang", wheel, "--model-class", KIMI, "--python", sglang_runtime_python, "--", *EAGLE, *TOPK4, "--tp", "8")
+@needs_runtime
+def test_cli_wheel_abbreviation_and_topk_tree_refused(kimi: Path) -> None:
+    """A wheel (unpacked once into the cache) under --python; SGLang's argparse expands --tp, the toolkit refuses it."""
+    out = run("--sglang", WHEEL_059, "--model-class", KIMI, "--python", PYTHON, "--model", kimi, "--", *EAGLE, *TOPK4, *BF16, "--tp", "8")
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert "parser: sglang (imported)" in lines
-    assert any("SGLang's own parser refuses: --tp is an abbreviation" in line and "--tp-size" in line for line in lines)
+    assert lines[1] == f"python: {PYTHON} (given with --python)"
+    assert "parser: sglang (imported; its ServerArgs built and checked: prepare_server_args, check_server_args)" in lines
+    assert any(line.startswith("verdict: complete") for line in lines)
+    assert "error: --tp is an abbreviation (SGLang's parser expands it to --tp-size), which is refused; fix: use --tp-size" in lines
     assert any(line.startswith("error: --speculative-eagle-topk 4") and "#19689" in line and "triton" in line for line in lines)
+    assert any(line.startswith("refused: [topk-tree-flashinfer-mla]") for line in lines)
+    assert lines[-1] == "flags refused: 3 problem(s)"
 
 
-def test_0_5_23_recipe_passes_on_the_static_table(wheel_0523: Path) -> None:
+def test_a_wheel_that_is_not_sglang_is_refused_before_anything_is_unpacked(tmp_path: Path) -> None:
+    wheel = tmp_path / "notsglang-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("notsglang/__init__.py", "")
+    cache = tmp_path / "flags-cache"
+    out = run(
+        "--sglang", wheel, "--model-class", KIMI, "--python", PYTHON, "--", "--model-path", "/m", env={"SGLANG_FLAGS_CACHE": f"{cache}"}
+    )
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert f"--sglang {wheel} is not SGLang, refused before anything was unpacked" in out.stderr
+    assert "srt/server_args.py" in out.stderr
+    assert not cache.exists()
+
+
+def test_partial_verdict_says_why(tmp_path: Path, kimi: Path) -> None:
+    """No model config here, no runtime for the release, a --python that is not there: the flags
+    get today's check (here the static table) and the verdict says it is partial, and why."""
+    argv = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8"]
+    not_here, no_runtime = check_flag_sets(
+        TREE, [FlagSet(argv), FlagSet(argv, model=kimi)], model_class=KIMI, python="/nonexistent/python", catalogue_when_partial=False
+    )
+    assert not not_here.complete and not not_here.server_args and not_here.start_failures is None
+    assert not_here.partial_reason.startswith("--python /nonexistent/python: no such file; and the model's config files are not here")
+    assert "(--model-path /data/Kimi-K2.5-NVFP4 is no directory holding config.json on this machine)" in not_here.partial_reason
+    assert "give --model DIR" in not_here.partial_reason
+    assert not_here.flags.parser == "static" and "/nonexistent/python" in not_here.flags.parser_reason
+    assert no_runtime.partial_reason == "--python /nonexistent/python: no such file"
+    assert no_runtime.verdict_line.startswith("verdict: partial: SGLang's ServerArgs did not run (--python /nonexistent/python")
+    assert no_runtime.lines()[-1] == "flags accepted"
+
+
+def test_resolved_values_replace_the_typed_ones(host8: HostFacts, kimi: Path) -> None:
+    """Without a runtime: a Context holding SGLang's values (as flag_gate builds it) is what the
+    conditions read; a switch or path is set when it is neither None nor false; the evidence says so."""
+    entries = {e.id: e for e in load_catalogue()}
+    typed = {"speculative-algorithm": "NEXTN", "speculative-eagle-topk": "4", "attention-backend": "flashinfer"}
+    resolved = {
+        "speculative-algorithm": "EAGLE",
+        "speculative-eagle-topk": 4,
+        "attention-backend": "flashinfer",
+        "decode-attention-backend": None,
+        "enable-torch-symm-mem": False,
+        "mem-fraction-static": 0.7523519433593749,
+        "tensor-parallel-size": 8,
+        "pipeline-parallel-size": 1,
+    }
+    aliases = {"tp-size": "tensor-parallel-size", "pp-size": "pipeline-parallel-size"}
+    common = dict(env={}, version="0.5.9", capability="12.0", model=read_model_dir(kimi), host=host8, aliases=aliases)
+    ctx = Context(flags=typed, resolved=resolved, resolved_by="SGLang 0.5.9's ServerArgs", **common)
+    tree = evaluate_entry(entries["topk-tree-flashinfer-mla"], ctx)
+    assert tree.verdict == "refused"
+    assert "--speculative-algorithm EAGLE (typed NEXTN: the value SGLang resolved)" in tree.evidence
+    assert "--attention-backend flashinfer" in tree.evidence  # typed and resolved agree: no note
+    symm = evaluate_entry(entries["torch-symm-mem-inactive-on-pcie"], ctx)
+    assert symm.verdict == "ok" and symm.evidence == ["flags as SGLang 0.5.9's ServerArgs resolved them", "--enable-torch-symm-mem not set"]
+    memory = evaluate_entry(entries["weights-exceed-static-memory"], ctx).text()
+    assert "/ (--tp-size 8 (not given: the value SGLang resolved) x --pp-size 1 (not given: the value SGLang resolved))" in memory
+    assert "--mem-fraction-static 0.7524 (not given: the value SGLang resolved) x 97887 MiB" in memory
+    as_typed = evaluate_entry(entries["topk-tree-flashinfer-mla"], Context(flags=typed, **common))
+    assert as_typed.evidence[1] == "flags as typed (SGLang's ServerArgs did not resolve them)"
+    assert "--speculative-algorithm NEXTN" in as_typed.evidence
+
+
+def test_runtime_is_the_releases_own(tmp_path: Path) -> None:
+    assert "no runtime environment for SGLang 0.5.23 at" in find_runtime("0.5.23", cache=tmp_path).reason
+    unfinished = tmp_path / "sglang-runtime" / "0.5.23" / "venv" / "bin"
+    unfinished.mkdir(parents=True)
+    (unfinished / "python").touch()
+    runtime = find_runtime("0.5.23", cache=tmp_path)
+    assert runtime.python is None and "unfinished (no .stamp)" in runtime.reason
+    (tmp_path / "sglang-runtime" / "0.5.23" / ".stamp").write_text("x\n")
+    assert find_runtime("0.5.23", cache=tmp_path).python == str(unfinished / "python")
+    assert find_runtime(None, cache=tmp_path).python is None
+    assert find_runtime("0.5.9", python=sys.executable, cache=tmp_path).reason == "given with --python"
+
+
+def test_device_from_host_facts_or_capability(host8: HostFacts, wheel_0523: Path) -> None:
+    assert flashinfer_pin(TREE) == flashinfer_pin(WHEEL_059) == "0.6.3"
+    pin = flashinfer_pin(wheel_0523)
+    assert pin is not None and pin != "0.6.3"
+    device, said = device_for(None, "10.0", None, "0.5.9")
+    assert (device["capability"], device["memory_mib"], device["count"]) == ("10.0", 97887, 8)
+    assert said[1].endswith("the target host's (give --host-facts for this host's)")
+    assert "the release pins no version" in said[2]
+    device, said = device_for(host8, None, "0.6.3", "0.5.9")
+    assert (device["capability"], device["memory_mib"], device["count"]) == ("12.0", 97887, 8)
+    assert said[0] == f"compute capability 12.0 (--host-facts {HOST8})"
+
+
+def test_0_5_23_recipe_passes_on_the_static_table_with_a_partial_verdict(wheel_0523: Path) -> None:
     out = run("--sglang", wheel_0523, "--model-class", KIMI, "--", *EAGLE, *RECIPE)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sglang 0.5.23" in out.stdout
     assert "parser: static table (cannot import SGLang's parser" in out.stdout
+    assert "python: none (no runtime environment for SGLang 0.5.23 at" in out.stdout
+    assert "verdict: partial: SGLang's ServerArgs did not run (no runtime environment for SGLang 0.5.23" in out.stdout
 
 
 def test_0_5_23_fusion_refused_topk_tree_acknowledged(wheel_0523: Path) -> None:
@@ -74,6 +393,7 @@ def test_0_5_23_fusion_refused_topk_tree_acknowledged(wheel_0523: Path) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["parser"] == "static" and "/nonexistent/python" in report["parser_reason"]
+    assert report["verdict_scope"] == "partial" and report["server_args"] is None
     assert [e["reference"] for e in report["errors"]] == ["sglang #18758, #32330"]
     assert "requires SM90 or SM10X" in report["errors"][0]["message"]
     assert any("acknowledged" in w["message"] for w in report["warnings"])

@@ -180,10 +180,30 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(version="0.5.23"), "ok"),
             "outside": dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.21"),
         },
+        "nccl-p2p-acs-redirect": {
+            "hit": (dict(argv=["--tp-size", "8"], host=host_with(host8, acs_redirect=True)), "refused"),
+            "miss": (dict(argv=["--tp-size", "8"], env={"NCCL_P2P_DISABLE": "1"}, host=host_with(host8, acs_redirect=True)), "ok"),
+            "outside": None,
+        },
+        "nccl-p2p-iommu-translated": {
+            "hit": (dict(argv=["--pp-size", "2"], host=host_with(host8, iommu_mode="translated")), "warning"),
+            "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, iommu_mode="passthrough")), "ok"),
+            "outside": None,
+        },
         "deepgemm-on-sm120": {
             "hit": (dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.14"), "refused"),
             "miss": (dict(env={"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}, host=host_with(host8, deep_gemm_importable=True)), "ok"),
             "outside": dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.15"),
+        },
+        "flashinfer-jit-nvcc-too-old": {
+            "hit": (dict(host=host_with(host8, nvcc_version="12.8")), "refused"),
+            "miss": (dict(host=host_with(host8, nvcc_version="13.0")), "ok"),
+            "outside": None,
+        },
+        "flashinfer-jit-toolchain-missing": {
+            "hit": (dict(host=host_with(host8, jit_tools_missing=["ninja"])), "warning"),
+            "miss": (dict(host=host_with(host8, jit_tools_missing=[])), "ok"),
+            "outside": None,
         },
         "draft-architecture-unknown": {
             "hit": (dict(argv=EAGLE, draft=odd, registry=registry), "refused"),
@@ -428,7 +448,7 @@ def test_catalogue_file_errors(tmp_path: Path) -> None:
 
 def test_catalogue_covers_the_rows_asked_for() -> None:
     rows = {e.row for e in ENTRIES.values()}
-    assert {1, 2, 4, 6, 7, 9, 11, 14, 15} <= rows
+    assert {1, 2, 4, 6, 7, 9, 10, 11, 12, 14, 15} <= rows
     old_rules = {"topk-tree-flashinfer-mla", "allreduce-fusion-raises-on-sm120", "torch-symm-mem-keyerror-on-sm120"}
     assert old_rules <= {e.id for e in ENTRIES.values() if e.row is None}
 
@@ -493,6 +513,11 @@ def test_host_facts_follow_the_captures() -> None:
         ),
         ({"pcie_only": "yes"}, "pcie_only must be true, false or null, found 'yes'"),
         ({"nvidia_kernel_module": "closed"}, "nvidia_kernel_module must be 'open' or 'proprietary'"),
+        ({"iommu_mode": "on"}, "iommu_mode must be one of off, passthrough, translated or null, found 'on'"),
+        ({"nvcc_version": 13}, "nvcc_version must be a dotted version such as '13.0' or null, found 13"),
+        ({"jit_tools_missing": ["clang"]}, "jit_tools_missing names only nvcc, ninja, gcc, found ['clang']"),
+        ({"gpu_topology": ["GPU0"]}, "gpu_topology must map each GPU to {other GPU: link} or be null"),
+        ({"acs_redirect": "no", "facts_unknown": {"x": 1}}, "acs_redirect must be true, false or null, found 'no' (and 1 more)"),
     ],
 )
 def test_bad_host_facts(data: Any, message: str) -> None:
