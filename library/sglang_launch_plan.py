@@ -13,8 +13,15 @@ description:
     import it, else the static table read from its sources), merges the environment parts and
     refuses a secret name in them, and returns one plan that the release key, the unit and the
     benchmark all use.
+  - Then the start gate (module_utils/start_failures.py) when O(start_failures) is given; every
+    entry of that catalogue is evaluated on the plan's flags and environment, the model and draft
+    directories the flags name (C(--model-path), C(--speculative-draft-model-path)) read on the host,
+    and the host's facts in O(host_facts). A refused entry fails the plan naming it and its fix; a
+    warning joins RV(plan.flag_warnings); every verdict is in RV(plan.start_gate). A fact that is
+    absent makes the entries that need it C(unknown), never a pass.
   - Fails, naming the variable and what was expected, on an unknown profile, a secret in the
-    environment, or any refused flag; changes nothing.
+    environment, any refused flag, a model directory the flags name that cannot be read, or a
+    refused start-failure entry; changes nothing.
 options:
   sglang:
     description: The sglang package directory, the directory holding it, or a wheel.
@@ -88,7 +95,22 @@ options:
     description:
       - A directory of plans already checked, keyed by every input (the wheel's sha256, flags,
         environment, patches, Python, the checker's source); a hit skips the check. Only when
-        O(sglang) is a wheel file. Not written in check mode.
+        O(sglang) is a wheel file. Not written in check mode. The start gate is never cached.
+    type: path
+  start_failures:
+    description: The catalogue of known start failures (files/start-failures.yml, parsed); empty runs no start gate.
+    type: dict
+    default: {}
+  model_files:
+    description:
+      - The config files of a model path the flags name, given instead of that directory, path ->
+        (file name -> content), for a host that does not hold the model (the lab's config-only
+        copies of the real Kimi-K2.5-NVFP4 and its draft). They are read from a temporary directory
+        removed afterwards. A path not listed is read on the host where it is.
+    type: dict
+    default: {}
+  host_facts:
+    description: The host-facts file preflight saved (JSON); empty or unreadable makes the entries that need host facts unknown.
     type: path
 attributes:
   check_mode:
@@ -167,11 +189,22 @@ plan:
       type: str
       sample: import
     flag_warnings:
-      description: Flags accepted that will do nothing on this hardware or release.
+      description: Flags accepted that will do nothing on this hardware or release, and the start gate's warnings.
       type: list
       elements: str
       sample: []
+    start_gate:
+      description: The start gate's outcome, C(summary) (one line), C(counts) per verdict and C(verdicts) (C(id), C(verdict), C(text)).
+      type: dict
+      sample:
+        summary: "25 known start failures checked (SGLang 0.5.9, capability 12.0): 18 ok, 4 unknown, 3 n/a"
+        counts: {ok: 18, unknown: 4, n/a: 3}
+        verdicts: []
 """
+
+import json
+import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, manifest_digest, planned_patches
@@ -198,10 +231,28 @@ def main() -> None:
             python=dict(type="path"),
             pythonpath=dict(type="list", elements="path", default=[]),
             cache=dict(type="path"),
+            start_failures=dict(type="dict", default={}),
+            model_files=dict(type="dict", default={}),
+            host_facts=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    with tempfile.TemporaryDirectory(prefix="sglang-model-configs-") as scratch:
+        model_dirs = {}
+        for number, (path, files) in enumerate(sorted(p["model_files"].items())):
+            directory = os.path.join(scratch, str(number))
+            os.mkdir(directory)
+            for name, content in (files or {}).items():
+                if os.sep in str(name) or str(name) in ("", ".", ".."):
+                    module.fail_json(msg=f"model_files[{path!r}]: {name!r} is not a file name")
+                with open(os.path.join(directory, str(name)), "w", encoding="utf-8") as handle:
+                    handle.write(content if isinstance(content, str) else json.dumps(content))
+            model_dirs[str(path)] = directory
+        plan_or_fail(module, p, model_dirs)
+
+
+def plan_or_fail(module: AnsibleModule, p: dict, model_dirs: dict) -> None:
     try:
         patches = p["patches"] if p["patches"] is not None else planned_patches(p["manifest"], p["patches_only"])
         plan = make_plan(
@@ -221,6 +272,9 @@ def main() -> None:
             pythonpath=p["pythonpath"],
             cache=p["cache"],
             write_cache=not module.check_mode,
+            catalogue=p["start_failures"],
+            model_dirs=model_dirs,
+            host_facts=p["host_facts"],
         )
     except (LaunchPlanError, FlagError) as exc:
         module.fail_json(msg=str(exc))

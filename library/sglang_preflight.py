@@ -17,7 +17,10 @@ description:
     ACS redirect on PCI bridges (C(lspci -vvv), as root) and FlashInfer's JIT toolchain (nvcc,
     ninja, gcc, glibc). A fact that cannot be read is null, with the reason in RV(facts_unknown);
     it is never a problem and never fails the module.
-  - The result, saved as JSON, is a C(bin/sglang-flags --host-facts) file.
+  - The result, saved as JSON, is a C(bin/sglang-flags --host-facts) file. With O(save_facts) the
+    module writes that file itself (the GPUs, memory and the gathered facts; not the free space,
+    which changes from run to run), atomically and only when its content changes; the deploy's
+    start gate reads it there.
   - Never changes anything.
 options:
   disks:
@@ -67,12 +70,17 @@ options:
         RV(nvcc_version), else the nvcc on PATH.
     type: path
     default: /usr/local/cuda-13.0
+  save_facts:
+    description:
+      - Where to save the host's facts as JSON for the start gate (its directory is created, mode
+        0755); empty saves nothing. Saved also when problems are found, before the module fails.
+    type: path
 attributes:
   check_mode:
-    description: Measures only; a check-mode run measures and fails exactly as a real run does.
+    description: Measures, and says whether O(save_facts) would change, without writing it; it fails exactly as a real run does.
     support: full
   diff_mode:
-    description: No diff; nothing is changed.
+    description: No diff.
     support: none
 author: sglang-sm120 toolkit
 """
@@ -212,8 +220,11 @@ facts_unknown:
   sample: {acs_redirect: "lspci not found (install pciutils to read the bridges' ACS settings)"}
 """
 
+import json
 import os
+from pathlib import Path
 
+from ansible.module_utils.atomic_files import atomic_write
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_checks import DiskNeed, check_disk, check_memory
 from ansible.module_utils.host_facts import DEFAULT_CUDA_HOME, gather
@@ -247,6 +258,7 @@ def main() -> None:
             gpu_min_driver=dict(type="str", default="580.65.06"),
             lspci=dict(type="str", default="lspci"),
             cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
+            save_facts=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -284,9 +296,11 @@ def main() -> None:
         cuda_home=params["cuda_home"],
     )
 
+    saved = dict(facts.as_dict(), memory_gib=memory_gib, gpus=gpus)
+    changed = save_facts(params["save_facts"], saved, module.check_mode) if params["save_facts"] else False
     result = dict(
         facts.as_dict(),
-        changed=False,
+        changed=changed,
         disks=[dict(label=s.label, path=s.path, measured_at=s.measured_at, free_gib=s.free_gib, min_gib=s.min_gib) for s in disks],
         memory_gib=memory_gib,
         gpus=gpus,
@@ -295,6 +309,21 @@ def main() -> None:
     if problems:
         module.fail_json(msg=f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
     module.exit_json(**result)
+
+
+def save_facts(path: str, facts: dict, check_mode: bool) -> bool:
+    """Write the facts file when its content differs; whether it changed (or would, in check mode)."""
+    target = Path(path)
+    data = (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode()
+    try:
+        if target.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    if not check_mode:
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        atomic_write(target, data, 0o644)
+    return True
 
 
 if __name__ == "__main__":

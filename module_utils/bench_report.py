@@ -353,6 +353,7 @@ def build_report(
             "argv": service.get("argv") or [],
             "flag_check": service.get("flag_check"),
             "flag_warnings": service.get("flag_warnings") or [],
+            "start_gate": dict(service.get("start_gate") or {}),
             "env_keys": service.get("env_keys") or [],
             "security": service.get("security"),
             "health": service.get("health") or {},
@@ -602,6 +603,11 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
     lines.append(f"- health: /health {svc['health'].get('status', '-')} after {_fmt(svc['health'].get('elapsed'))} s")
     if svc.get("security"):
         lines.append(f"- hardening: {_md(svc['security'])}")
+    gate = svc.get("start_gate") or {}
+    lines.append(f"- start gate: {_md(gate.get('summary') or 'not recorded')}")
+    for verdict in gate.get("verdicts") or []:
+        if verdict.get("verdict") == "unknown":  # refused never reaches a report; warnings are flag warnings below
+            lines.append(f"- start gate {_md(verdict.get('text', ''))}")
     for warning in svc["flag_warnings"]:
         lines.append(f"- flag warning: {_md(warning)}")
     seen = report.get("optimisations_seen") or {}

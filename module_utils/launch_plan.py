@@ -3,8 +3,12 @@
 A plan is the profile merged with the listen address and the operator's extra flags, checked by
 the checker of bin/sglang-flags (module_utils/flag_rules.py) against the SGLang the release will
 carry; the server's environment merged from its parts (secrets never in it); and the ids of the
-patches the release will carry. Plain Python, no Ansible imports; library/sglang_launch_plan.py
-wraps it.
+patches the release will carry. Then the start gate: every entry of the catalogue of known start
+failures (files/start-failures.yml, module_utils/start_failures.py) is evaluated on those flags and
+that environment, the model and draft directories the flags name (read on the host) and the host's
+facts preflight saved; a refused entry refuses the plan, a warning is one of its flag warnings, and
+every verdict is kept in the plan (``start_gate``). Plain Python, no Ansible imports;
+library/sglang_launch_plan.py wraps it.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
 try:  # as Ansible ships it (module_utils), or from the repository's module_utils on sys.path
-    from ansible.module_utils import flag_rules, server_flags
+    from ansible.module_utils import flag_rules, server_flags, start_failures
     from ansible.module_utils.flag_rules import check_launch
     from ansible.module_utils.server_flags import exec_start_args
 except ImportError:  # pragma: no cover - exercised by pytest and bin/
+    import start_failures  # type: ignore[no-redef]
+
     import flag_rules  # type: ignore[no-redef]
     import server_flags  # type: ignore[no-redef]
     from flag_rules import check_launch  # type: ignore[no-redef]
@@ -48,6 +54,9 @@ class LaunchPlan:
     parser_line: str
     check_mode: str  # "import" (SGLang's own parser) or "static" (the table read from its sources)
     flag_warnings: list[str] = field(default_factory=list)
+    # The start gate's outcome: summary (one line), counts per verdict, verdicts (id, verdict, text);
+    # {"summary": "not run: ..."} when no catalogue was given.
+    start_gate: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +137,9 @@ def make_plan(
     pythonpath: Sequence[str] = (),
     cache: Optional[str | Path] = None,
     write_cache: bool = True,
+    catalogue: Optional[Mapping[str, Any]] = None,
+    model_dirs: Optional[Mapping[str, str]] = None,
+    host_facts: Optional[str] = None,
 ) -> LaunchPlan:
     """Merge, check against the SGLang at ``sglang`` and return the plan; LaunchPlanError lists every refusal.
 
@@ -141,7 +153,7 @@ def make_plan(
     key = _cache_key(sglang, flags, env, patches, model_class, gpu_major, launch_module, python, pythonpath) if cache else None
     cached = _read_cached(Path(cache), key) if cache and key else None
     if cached is not None:
-        return cached
+        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major)
     report = check_launch(
         sglang,
         profile=flags,
@@ -170,7 +182,87 @@ def make_plan(
     )
     if cache and key and write_cache:
         _write_cached(Path(cache), key, result)
-    return result
+    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major)
+
+
+MODEL_FLAGS = (("model-path", "model"), ("speculative-draft-model-path", "draft"))
+
+
+def start_gate(
+    plan: LaunchPlan,
+    sglang: str | Path,
+    catalogue: Optional[Mapping[str, Any]],
+    model_dirs: Optional[Mapping[str, str]],
+    host_facts: Optional[str],
+    gpu_major: int,
+) -> LaunchPlan:
+    """The plan with the start gate applied (never cached: the model directories and the host's facts
+    are read every time). Refused entries raise LaunchPlanError naming each, with its fix; a model
+    directory the flags name that cannot be read is refused naming the flag and the path. Facts that
+    are absent (no host-facts file) make the entries that need them ``unknown``, never a pass."""
+    if not catalogue:
+        return replace(plan, start_gate={"summary": "not run: no catalogue given", "counts": {}, "verdicts": []})
+    try:
+        entries = start_failures.parse_catalogue(catalogue, "files/start-failures.yml")
+    except start_failures.CatalogueError as exc:
+        raise LaunchPlanError(f"start gate: {exc}") from exc
+    flags = start_failures.parse_argv(plan.argv)
+    facts: dict[str, Any] = {}
+    notes: list[str] = []
+    for flag, kind in MODEL_FLAGS:
+        value = flags.get(flag)
+        if not isinstance(value, str):
+            continue
+        directory = (model_dirs or {}).get(value, value)
+        try:
+            facts[kind] = start_failures.read_model_dir(directory, f"--{flag}")
+        except start_failures.FactsError as exc:
+            shown = value if directory == value else f"{value} (its config files as given, read at {directory})"
+            raise LaunchPlanError(
+                f"start gate: --{flag} {shown} cannot be read on this host: {exc}; SGLang would fail after starting. "
+                "Put the model there (config.json, its quantization config and weights) or change the profile's path; nothing changed"
+            ) from exc
+    host = None
+    if host_facts:
+        try:
+            host = start_failures.read_host_facts(host_facts)
+        except (start_failures.FactsError, OSError) as exc:
+            notes.append(f"host facts not read ({exc}): the entries that need them are unknown; run playbooks/preflight.yml")
+    else:
+        notes.append("no host-facts file given: the entries that need the host's facts are unknown")
+    capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
+    acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
+    ctx = start_failures.Context(
+        flags=flags,
+        env=dict(plan.env),
+        version=plan.sglang_version,
+        capability=capability,
+        model=facts.get("model"),
+        draft=facts.get("draft"),
+        host=host,
+        registry=start_failures.registered_architectures(sglang) if "draft" in facts else None,
+        planned_patches=list(plan.patches),
+        acknowledged=acknowledged,
+    )
+    verdicts = start_failures.evaluate(entries, ctx)
+    counts = {name: sum(1 for v in verdicts if v.verdict == name) for name in start_failures.VERDICTS}
+    summary = f"{len(verdicts)} known start failures checked (SGLang {plan.sglang_version}, capability {capability}): " + ", ".join(
+        f"{n} {name}" for name, n in counts.items() if n
+    )
+    if notes:
+        summary += "; " + "; ".join(notes)
+    refused = [v for v in verdicts if v.verdict == "refused"]
+    if refused:
+        raise LaunchPlanError(
+            f"the start gate refuses profile {plan.profile} ({summary}), nothing changed: " + " | ".join(v.text() for v in refused)
+        )
+    gate = {
+        "summary": summary,
+        "counts": counts,
+        "verdicts": [{"id": v.id, "verdict": v.verdict, "text": v.text()} for v in verdicts],
+    }
+    warnings = [f"start gate {v.text()}" for v in verdicts if v.verdict == "warning"]
+    return replace(plan, flag_warnings=[*plan.flag_warnings, *warnings], start_gate=gate)
 
 
 def _cache_key(

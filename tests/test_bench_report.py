@@ -227,6 +227,15 @@ MANIFEST = {
         "profile": "eagle3",
         "argv": ["--speculative-algorithm", "EAGLE3", "--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion", "--tp-size", "8"],
         "flag_warnings": ["--enable-flashinfer-allreduce-fusion is a no-op on SM120: gated to SM90/SM100"],
+        # As the launch plan's start gate records it (module_utils/launch_plan.py start_gate).
+        "start_gate": {
+            "summary": "25 known start failures checked (SGLang 0.5.9, capability 12.0): 20 ok, 1 unknown, 4 n/a",
+            "counts": {"ok": 20, "unknown": 1, "n/a": 4},
+            "verdicts": [
+                {"id": "fp8-kv-from-checkpoint", "verdict": "ok", "text": "ok: [fp8-kv-from-checkpoint] ..."},
+                {"id": "driver-too-old", "verdict": "unknown", "text": "unknown: [driver-too-old] the driver: host driver_version unknown"},
+            ],
+        },
         # As sglang_health records them (server_evidence.findings of the start-up journal).
         "runtime_findings": [
             {
@@ -349,6 +358,10 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "torch symm-mem (--enable-torch-symm-mem): **no**: journal at start: torch symm-mem off at start: server log: TorchSymm" in md
     assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
     assert report["optimisations_seen"]["error"] == "no evidence recorded for profile eagle3"
+    # the start gate: its summary, and each entry it could not decide (ok entries are not listed)
+    assert "- start gate: 25 known start failures checked (SGLang 0.5.9, capability 12.0): 20 ok, 1 unknown, 4 n/a" in md
+    assert "- start gate unknown: [driver-too-old] the driver: host driver_version unknown" in md
+    assert "fp8-kv-from-checkpoint" not in md
     seen = {"eagle3": {"server_info": SPEC_INFO, "log": [], "error": ""}}
     report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"client": "bench_serving (SGLang 0.5.9)"}, seen)
     spec = next(o for o in report["optimisations"] if o["flag"] == "--speculative-algorithm")

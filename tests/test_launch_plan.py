@@ -4,6 +4,7 @@ key, the unit and the benchmark. Checked against the real SGLang 0.5.9 wheel (st
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -138,3 +139,99 @@ def test_a_plan_checked_once_is_read_back_for_the_same_inputs_only(tmp_path, mon
     monkeypatch.undo()
     plan(cache=tmp_path, extra_flags={"mem-fraction-static": 0.8}, write_cache=False)
     assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+# --- the start gate (files/start-failures.yml) in the plan ------------------------------------
+
+CATALOGUE = yaml.safe_load((ROOT / "files/start-failures.yml").read_text())
+MODELS = ROOT / "tests/data/models"  # config-only copies of the real Kimi-K2.5-NVFP4 and its EAGLE-3 draft
+MODEL_DIRS = {STACK["stack_model_path"]: str(MODELS / "kimi-k2.5-nvfp4"), STACK["stack_draft_model_path"]: str(MODELS / "kimi-k2.5-eagle3")}
+HOST_8X = ROOT / "tests/data/start-failures/host-8x-rtx-pro-6000.json"
+
+
+def gated(**overrides):
+    return plan(catalogue=CATALOGUE, model_dirs=MODEL_DIRS, host_facts=str(HOST_8X), **overrides)
+
+
+def test_the_production_profiles_pass_the_start_gate_with_the_real_kimi_configs() -> None:
+    for profile in ("eagle3", "baseline"):
+        result = gated(profile=profile)
+        gate = result.start_gate
+        verdicts = {v["id"]: v["verdict"] for v in gate["verdicts"]}
+        assert gate["counts"]["refused"] == 0 and len(verdicts) == len(CATALOGUE["entries"]), gate["summary"]
+        # the checkpoint says FP8 KV; the profile's explicit --kv-cache-dtype keeps SGLang from taking it
+        assert verdicts["fp8-kv-from-checkpoint"] == "ok"
+        assert gate["summary"].startswith(f"{len(CATALOGUE['entries'])} known start failures checked (SGLang 0.5.9, capability 12.0): ")
+        assert [w for w in result.flag_warnings if w.startswith("start gate ")] == [
+            f"start gate {v['text']}" for v in gate["verdicts"] if v["verdict"] == "warning"
+        ]
+
+
+def test_the_gate_refuses_the_fp8_kv_of_the_checkpoint_before_anything_is_built() -> None:
+    """Upstream's recipe as it is (no --kv-cache-dtype): refused by the catalogue, naming the entry and its fix."""
+    with pytest.raises(LaunchPlanError) as caught:
+        gated(extra_flags={"kv-cache-dtype": None})
+    text = str(caught.value)
+    assert text.startswith("the start gate refuses profile eagle3 (") and "nothing changed" in text
+    assert "refused: [fp8-kv-from-checkpoint]" in text and "fix: give --kv-cache-dtype explicitly" in text
+    assert f"model kv_cache_quant_algo FP8 ({MODELS / 'kimi-k2.5-nvfp4' / 'config.json'}: " in text  # the evidence names the file read
+
+
+def test_a_model_directory_the_flags_name_must_be_readable_on_the_host(tmp_path) -> None:
+    missing = tmp_path / "Kimi-K2.5-NVFP4"
+    with pytest.raises(
+        LaunchPlanError, match=rf"start gate: --model-path {re.escape(str(missing))} cannot be read on this host: .*no such directory"
+    ):
+        plan(catalogue=CATALOGUE, extra_flags={"model-path": str(missing)}, model_dirs={})
+    missing.mkdir()
+    with pytest.raises(LaunchPlanError, match=r"config\.json"):
+        plan(catalogue=CATALOGUE, extra_flags={"model-path": str(missing)}, model_dirs={})
+
+
+def test_without_host_facts_their_entries_are_unknown_never_ok() -> None:
+    result = plan(catalogue=CATALOGUE, model_dirs=MODEL_DIRS)
+    verdicts = {v["id"]: v["verdict"] for v in result.start_gate["verdicts"]}
+    assert "no host-facts file given" in result.start_gate["summary"]
+    assert verdicts["driver-too-old"] == "unknown" and verdicts["weights-exceed-static-memory"] == "unknown"
+    unreadable = plan(catalogue=CATALOGUE, model_dirs=MODEL_DIRS, host_facts="/nonexistent/host-facts.json")
+    assert "host facts not read" in unreadable.start_gate["summary"] and "run playbooks/preflight.yml" in unreadable.start_gate["summary"]
+    assert plan().start_gate["summary"] == "not run: no catalogue given"
+
+
+def test_the_gate_is_never_read_from_the_plan_cache(tmp_path) -> None:
+    """A cached flag check is reused, but the model directories are read again: one gone since is refused."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((MODELS / "kimi-k2.5-nvfp4" / "config.json").read_text())
+    dirs = {**MODEL_DIRS, STACK["stack_model_path"]: str(model)}
+    first = plan(cache=tmp_path / "plans", catalogue=CATALOGUE, model_dirs=dirs)
+    assert first.start_gate["counts"]["refused"] == 0
+    (model / "config.json").unlink()
+    with pytest.raises(LaunchPlanError, match=r"cannot be read on this host"):
+        plan(cache=tmp_path / "plans", catalogue=CATALOGUE, model_dirs=dirs)
+
+
+def test_the_module_reads_config_files_given_for_a_model_the_host_does_not_hold(tmp_path) -> None:
+    """library/sglang_launch_plan.py through real Ansible: model_files stand in for the directories (the lab's way)."""
+    from test_modules import run_module
+
+    files = {path: {f.name: f.read_text() for f in sorted(Path(directory).iterdir())} for path, directory in MODEL_DIRS.items()}
+    args = dict(
+        sglang=str(WHEEL_059),
+        profiles=PROFILES,
+        profile="eagle3",
+        host="127.0.0.1",
+        port=30000,
+        manifest=MANIFEST,
+        model_class="KimiK25ForConditionalGeneration",
+        start_failures=CATALOGUE,
+        model_files=files,
+        host_facts=str(HOST_8X),
+    )
+    result = run_module("sglang_launch_plan", args)
+    assert not result.get("failed"), result.get("msg")
+    gate = result["plan"]["start_gate"]
+    assert gate["counts"]["refused"] == 0 and {v["id"]: v["verdict"] for v in gate["verdicts"]}["fp8-kv-from-checkpoint"] == "ok"
+    refused = run_module("sglang_launch_plan", {**args, "extra_flags": {"kv-cache-dtype": None}})
+    assert refused.get("failed") and "refused: [fp8-kv-from-checkpoint]" in refused["msg"]
+    assert "config.json: quantization_config.kv_cache_scheme (float, 8 bits)" in refused["msg"]
