@@ -20,7 +20,8 @@ description:
   - The result, saved as JSON, is a C(bin/sglang-flags --host-facts) file. With O(save_facts) the
     module writes that file itself (the GPUs, memory and the gathered facts; not the free space,
     which changes from run to run), atomically and only when its content changes; the deploy's
-    start gate reads it there.
+    start gate reads it there. The file is a record of what was measured, not a setting, so
+    rewriting it never reports changed (RV(facts_saved) says whether it was rewritten).
   - Never changes anything.
 options:
   disks:
@@ -95,6 +96,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+facts_saved:
+  description: Whether O(save_facts) was rewritten (or would be, in check mode) because the facts differ from the saved ones.
+  type: bool
+  returned: always
+  sample: false
 disks:
   description: Free space measured for each entry of O(disks).
   type: list
@@ -297,10 +303,13 @@ def main() -> None:
     )
 
     saved = dict(facts.as_dict(), memory_gib=memory_gib, gpus=gpus)
-    changed = save_facts(params["save_facts"], saved, module.check_mode) if params["save_facts"] else False
+    # A record of what was measured, not a setting of the host: rewriting it is never a change (the
+    # facts differ once CUDA is installed, after preflight ran first); facts_saved says whether it was.
+    rewritten = save_facts(params["save_facts"], saved, module.check_mode) if params["save_facts"] else False
     result = dict(
         facts.as_dict(),
-        changed=changed,
+        changed=False,
+        facts_saved=rewritten,
         disks=[dict(label=s.label, path=s.path, measured_at=s.measured_at, free_gib=s.free_gib, min_gib=s.min_gib) for s in disks],
         memory_gib=memory_gib,
         gpus=gpus,

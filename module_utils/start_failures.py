@@ -86,7 +86,19 @@ CHECKS = ("memory",)
 # Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
 # the facts of module_utils/host_facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable).
-HOST_FACT_KEYS = {"gpus", "memory_gib", "disks", "problems", "changed", "failed", "msg", "invocation", *FACT_KEYS, *HOST_FACTS}
+HOST_FACT_KEYS = {
+    "gpus",
+    "memory_gib",
+    "disks",
+    "problems",
+    "changed",
+    "failed",
+    "msg",
+    "invocation",
+    "facts_saved",
+    *FACT_KEYS,
+    *HOST_FACTS,
+}
 GPU_KEYS = {"index": int, "name": str, "compute_cap": str, "driver_version": str, "memory_mib": int}
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

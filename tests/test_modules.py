@@ -132,6 +132,25 @@ def test_preflight_gathers_the_host_facts_and_they_read_back_as_host_facts(tmp_p
     assert {k: checked[k] for k in FACTS} == {k: result[k] for k in FACTS}
 
 
+def test_preflight_saves_the_facts_the_start_gate_reads_and_never_reports_a_change(tmp_path):
+    smi, cuda = fake_gpu_host(tmp_path)
+    target = tmp_path / "sglang" / "host-facts.json"
+    args = {"nvidia_smi": str(smi), "cuda_home": str(cuda), "lspci": str(tmp_path / "no-lspci"), "save_facts": str(target)}
+    previewed = run_module("sglang_preflight", args, flags=("--check",))
+    assert previewed["facts_saved"] is True and not target.exists()  # check mode says so and writes nothing
+    first = run_module("sglang_preflight", args)
+    assert first["facts_saved"] is True and first["changed"] is False
+    host = read_host_facts(target)  # the file the launch plan's start gate reads
+    assert host.pcie_only is True and host.memory_mib == 97887 and host.nvcc_version == "13.0"
+    assert "disks" not in json.loads(target.read_text())  # free space changes from run to run: not saved
+    again = run_module("sglang_preflight", args)
+    assert again["facts_saved"] is False and again["changed"] is False
+    # the host changed (another nvcc): the record follows, and still no change is reported
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    moved = run_module("sglang_preflight", args)
+    assert moved["facts_saved"] is True and moved["changed"] is False and read_host_facts(target).nvcc_version == "12.8"
+
+
 def test_preflight_facts_never_change_its_verdict(tmp_path):
     """Without nvidia-smi every GPU fact is unknown, and the failure is the GPU check's alone."""
     result = run_module("sglang_preflight", {"nvidia_smi": str(tmp_path / "absent-nvidia-smi"), "cuda_home": str(tmp_path)})
