@@ -49,9 +49,12 @@ REMOTE_CODE_STANDIN = (
 
 
 def eagle3_recipe(model: Path, draft: Path) -> list[str]:
-    """The eagle3 profile of inventory/production/group_vars/all/service.yml (upstream's Kimi-K2.5
-    EAGLE-3 recipe with --tp-size 8) as the toolkit renders it, paths pointed at the fixtures."""
+    """Upstream's Kimi-K2.5 EAGLE-3 recipe with --tp-size 8: the eagle3 profile of
+    inventory/production/group_vars/all/service.yml as the toolkit renders it, paths pointed at the
+    fixtures, without the --kv-cache-dtype the toolkit adds (the start gate refuses the recipe
+    without it: tests/test_start_failures.py, tests/test_launch_plan.py)."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    assert service["sglang_profiles"]["eagle3"].pop("kv-cache-dtype") == "bfloat16"
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     values = {
         "{{ stack_model_path }}": str(model),

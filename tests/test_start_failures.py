@@ -349,8 +349,11 @@ def test_memory_arithmetic_names_every_number(aliases: dict[str, str], kimi: Pat
 
 
 def recipe_argv() -> list[str]:
-    """The eagle3 profile of inventory/production/group_vars/all/service.yml as a command line."""
+    """Upstream's recipe: the eagle3 profile of inventory/production/group_vars/all/service.yml as a
+    command line, without the --kv-cache-dtype bfloat16 the toolkit adds to it (which the test below
+    puts back)."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    assert service["sglang_profiles"]["eagle3"].pop("kv-cache-dtype") == "bfloat16"
     argv: list[str] = []
     for name, value in service["sglang_profiles"]["eagle3"].items():
         value = {"{{ stack_model_path }}": "/data/kimi", "{{ stack_draft_model_path }}": "/data/eagle3"}.get(str(value), value)
