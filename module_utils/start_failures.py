@@ -479,17 +479,8 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
     problems = check_facts(data)
     if problems:
         raise FactsError(f"{source}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    typed = {
-        "pcie_only",
-        "nvidia_kernel_module",
-        "deep_gemm_importable",
-        "iommu_mode",
-        "acs_redirect",
-        "nvcc_version",
-        "jit_tools_missing",
-        "nvidia_module_version",
-        "facts_unknown",
-    }
+    # the catalogue's host facts (driver_version comes from the GPUs) and what they fall back on
+    typed = (set(HOST_FACTS) - {"driver_version"}) | {"nvidia_module_version", "facts_unknown"}
     return HostFacts(
         source,
         gpus,
