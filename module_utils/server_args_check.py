@@ -8,11 +8,23 @@ on the path (``--sglang DIR``)::
         --capability 12.0 --gpu-memory-mib 97887 --gpu-count 8 -- --model-path DIR --tp-size 8 ...
     python module_utils/server_args_check.py --batch request.json     # several flag sets, one import
 
-What it does, for each flag set: ``sglang.srt.server_args.prepare_server_args(argv)``, the very
-function ``python -m sglang.launch_server`` calls (SGLang's own argparse, its ``--config`` merge, then
-``ServerArgs(...)`` whose ``__post_init__`` resolves and validates), then ``check_server_args()`` where
-the release has it (0.5.9's engine calls it before starting any process). Nothing else of SGLang runs:
-no server, no scheduler, no weights. The model directory needs only its config files (and, with
+What it does, for each flag set, is what that release's launcher does before it starts a process:
+
+- 0.5.9 (``__post_init__`` resolution): ``sglang.srt.server_args.prepare_server_args(argv)``, the very
+  function ``python -m sglang.launch_server`` calls (SGLang's own argparse, its ``--config`` merge,
+  then ``ServerArgs(...)`` whose ``__post_init__`` resolves and validates), then
+  ``check_server_args()`` (0.5.9's engine calls it before starting any process);
+- 0.5.2x (``ServerArgs.resolve_once``; 0.5.23): ``prepare_server_args(argv)`` (argparse, ``--config``
+  merge, the raw record: its ``__post_init__`` does nothing), then ``server_args.resolve_once()``
+  (``launch_server.run_server`` and ``Engine._launch_subprocesses`` call it: the resolution pipeline
+  of ``sglang.srt.arg_groups``, which declares each decision beside the record and leaves the input
+  as given), then ``check_server_args()`` (the engine's next step). The resolved values are read as
+  SGLang reads them, ``sglang.srt.arg_groups.overrides.resolution_result`` (the last declaration,
+  else the input, else the field's fallback), and each change names the resolution step whose
+  declaration is in effect (``source``). Deprecated switches (``--enable-dp-attention``,
+  ``--disable-cuda-graph``) go through SGLang's own deprecation actions; their warnings are in ``log``.
+
+Nothing else of SGLang runs: no server, no scheduler, no weights. The model directory needs only its config files (and, with
 ``--trust-remote-code`` and an ``auto_map``, the config's Python module, as on the host).
 
 The device is faked where SGLang reads it, in torch (``torch.cuda.is_available``, ``device_count``,
@@ -21,7 +33,8 @@ The device is faked where SGLang reads it, in torch (``torch.cuda.is_available``
 ``is_sm120_supported``, ``is_blackwell_supported``, ``is_hopper_with_cuda_12_3``, ``get_device_sm``,
 ``get_device`` all derive from these and run unchanged (their ``lru_cache`` is cleared per check). The
 one device fact SGLang takes from elsewhere, the memory (``get_nvgpu_memory_capacity`` runs
-``nvidia-smi``), is patched in ``sglang.srt.utils.common``. FlashInfer's presence is the environment's
+``nvidia-smi``), is patched in ``sglang.srt.utils.common`` and in every SGLang module that imported it
+by name (0.5.2x's resolution hooks, imported with SGLang for that reason). FlashInfer's presence is the environment's
 own unless ``flashinfer_version`` is given (the runtime environment of the tests has no FlashInfer;
 the release's venv on the host has the version SGLang pins): then ``is_flashinfer_available`` and
 ``check_pkg_version_at_least("flashinfer-python", ...)`` answer from it.
@@ -32,7 +45,8 @@ device only when it is built, so it sees the faked one.
 
 Output (JSON on stdout; SGLang's own logging goes to stderr): per flag set ``verdict`` ``ok`` or
 ``refused``; on refusal SGLang's exception (type, message, the file:line and function that raised it,
-the innermost SGLang frame, the stage: ``parse``, ``post_init`` or ``check_server_args``); on success
+the innermost SGLang frame, the stage: ``parse``, ``post_init`` (0.5.9), ``resolve`` (0.5.2x) or
+``check_server_args``); on success
 ``changes``: every field whose value SGLang changed, named by its flag (``rewritten``: the flag was
 given and SGLang uses another value; ``chosen``: the flag was not given and SGLang chose a value other
 than the flag's default); ``warnings``: one sentence per rewrite and per choice among the fields the
@@ -42,9 +56,7 @@ toolkit's rules read (``WATCHED_FIELDS``); ``resolved``: the values of those fie
 toolkit refuses them); ``log``: what SGLang logged while it resolved; ``env_set_by_sglang``: the
 variables it set in its environment.
 Exit status 0 all accepted, 1 one refused, 2 bad request (nothing imported when the request itself is
-wrong), 3 SGLang does not import in this Python (nothing checked). Only the 0.5.9-style resolution
-in ``__post_init__`` is known; a release whose ``ServerArgs`` resolves in ``resolve_once()`` (0.5.2x)
-is refused as unsupported (exit 2), not half checked.
+wrong), 3 SGLang does not import in this Python (nothing checked).
 
 The controller side (no torch, no SGLang) calls :func:`run_checks`, which runs this file under the
 runtime's Python and returns the parsed report.
@@ -58,11 +70,14 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import importlib
 import io
 import json
 import linecache
 import logging
 import os
+import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +104,7 @@ WATCHED_FIELDS = (
     "mem_fraction_static",
     "cuda_graph_max_bs",
     "enable_dp_attention",
+    "attn_dp_size",  # 0.5.2x: the attention-DP width (--enable-dp-attention resolves into it)
     "dp_size",
     "tp_size",
     "page_size",
@@ -97,6 +113,17 @@ WATCHED_FIELDS = (
 )
 DEFAULT_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 FLASHINFER_PACKAGES = ("flashinfer-python", "flashinfer_python")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# 0.5.2x: modules its resolution imports lazily, imported with SGLang (on the real torch) so that
+# the faked device reaches every name they bind and a check does not pay for their import.
+RESOLUTION_MODULES = (
+    "sglang.srt.arg_groups",
+    "sglang.srt.arg_groups.model_overrides",
+    "sglang.srt.utils.server_args_config_parser",
+    "sglang.srt.sampling.watermarking.core",
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.configs.model_config",
+)
 
 
 class CheckUsageError(Exception):
@@ -289,7 +316,8 @@ class _LogCapture(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.startswith("sglang"):
-            self.lines.append(f"{record.levelname} {Path(record.pathname).name}:{record.lineno}: {record.getMessage()}")
+            message = _ANSI.sub("", record.getMessage())
+            self.lines.append(f"{record.levelname} {Path(record.pathname).name}:{record.lineno}: {message}")
 
 
 class Checker:
@@ -319,24 +347,44 @@ class Checker:
             for name in ("sglang.srt.configs.model_config", "sglang.srt.layers.moe.utils", "sglang.srt.server_args_config_parser"):
                 with contextlib.suppress(ImportError):
                     __import__(name)
+            self.resolves_once = hasattr(server_args_module.ServerArgs, "resolve_once")
+            if self.resolves_once:
+                _import_resolution_modules()
         self.import_seconds = round(time.monotonic() - started, 2)
         self.torch = torch
         self.sa = server_args_module
         self.common = common
         self.version = _sglang_version(sglang)
-        if hasattr(server_args_module.ServerArgs, "resolve_once"):
-            raise CheckUsageError(
-                f"SGLang {self.version} at {Path(sglang.__file__).parent} resolves its flags in ServerArgs.resolve_once() "
-                "(the 0.5.2x releases); this check knows only the __post_init__ resolution of 0.5.9 so far"
-            )
+        if self.resolves_once:
+            from sglang.srt.arg_groups import arg_utils, overrides
+
+            self.record_fields = arg_utils.record_fields
+            self.overrides = overrides
+        else:
+            self.record_fields = dataclasses.fields
+            self.overrides = None
         self.sglang_file = str(Path(sglang.__file__).resolve().parent)
         self.fake = _FakeCuda(torch)
         self.fake.install()
         self._memory_mib: float = 0.0
-        common.get_nvgpu_memory_capacity = lambda: self._memory_mib
+        # Patched in every SGLang module that holds them (0.5.2x's resolution hooks import them by
+        # name), so each reader sees the faked device.
         self._real_flashinfer = common.is_flashinfer_available
         self._real_pkg_check = common.check_pkg_version_at_least
+        self._bound: dict[str, Any] = {}
+        self._patch("get_nvgpu_memory_capacity", lambda: self._memory_mib)
         self.parser_dest_flags = self._flag_names()
+
+    def _patch(self, name: str, replacement: Any) -> None:
+        """Replace the utils.common function ``name`` wherever an SGLang module bound it."""
+        current = self._bound.get(name, getattr(self.common, name))
+        for module_name, module in list(sys.modules.items()):
+            if module is None or not module_name.startswith("sglang"):
+                continue
+            with contextlib.suppress(Exception):
+                if vars(module).get(name) is current:
+                    setattr(module, name, replacement)
+        self._bound[name] = replacement
 
     # -- device --------------------------------------------------------------------------------
     def _use_device(self, device: Device) -> None:
@@ -344,7 +392,8 @@ class Checker:
         self._memory_mib = float(device.memory_mib)
         # SGLang caches its device answers (is_cuda, is_sm100_supported, ... are lru_cache wrappers of
         # functools.partial objects, so they carry no __module__ of their own): cleared for each device.
-        modules = [m for n, m in list(sys.modules.items()) if m is not None and (n.startswith("sglang.srt.utils") or n == self.sa.__name__)]
+        prefixes = ("sglang.srt.utils", "sglang.srt.runtime_context", "sglang.srt.arg_groups")
+        modules = [m for n, m in list(sys.modules.items()) if m is not None and (n.startswith(prefixes) or n == self.sa.__name__)]
         for module in modules:
             for value in list(vars(module).values()):
                 if isinstance(value, functools._lru_cache_wrapper):
@@ -365,11 +414,8 @@ class Checker:
                     return Version(fake_version) >= Version(min_version)
                 return real_check(pkg, min_version)
 
-        for module in (self.common, self.sa):
-            if hasattr(module, "is_flashinfer_available"):
-                module.is_flashinfer_available = flashinfer
-            if hasattr(module, "check_pkg_version_at_least"):
-                module.check_pkg_version_at_least = pkg_check
+        self._patch("is_flashinfer_available", flashinfer)
+        self._patch("check_pkg_version_at_least", pkg_check)
 
     # -- flags ---------------------------------------------------------------------------------
     def _parser(self) -> argparse.ArgumentParser:
@@ -380,7 +426,7 @@ class Checker:
     def _flag_names(self) -> dict[str, str]:
         """ServerArgs field -> its long flag (the option whose name is the field's, else the action's dest)."""
         out: dict[str, str] = {}
-        fields = {f.name for f in dataclasses.fields(self.sa.ServerArgs)}
+        fields = {f.name for f in self.record_fields(self.sa.ServerArgs)}
         for action in self._parser()._actions:
             longs = [o for o in action.option_strings if o.startswith("--")]
             if not longs:
@@ -399,7 +445,9 @@ class Checker:
         for action in parser._actions:
             action.default = argparse.SUPPRESS
             action.required = False
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit):
+        # Quietly: this second parse is the check's own, so SGLang's deprecation actions (0.5.2x's
+        # --enable-dp-attention logs a warning when parsed) must not log again.
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit), _logging_disabled():
             namespace = parser.parse_known_args(argv)[0]
             dests = set(vars(namespace))
             given: set[str] = set()
@@ -461,9 +509,10 @@ class Checker:
         os.environ.update(request.env)
         env_before = dict(os.environ)
         capture = _LogCapture()
-        root, sglang_logger = logging.getLogger(), logging.getLogger("sglang")
+        sglang_logger = logging.getLogger("sglang")
         old_level = sglang_logger.level
-        root.addHandler(capture)
+        # On SGLang's logger, not the root's: 0.5.2x's prepare_server_args resets the root's handlers.
+        sglang_logger.addHandler(capture)
         sglang_logger.setLevel(logging.INFO)
         snapshots: list[dict[str, Any]] = []
         server_args_cls = self.sa.ServerArgs
@@ -471,7 +520,7 @@ class Checker:
 
         def recording_post_init(instance: Any) -> None:
             if not snapshots:
-                snapshots.append({f.name: _copy(getattr(instance, f.name)) for f in dataclasses.fields(instance)})
+                snapshots.append({f.name: _copy(getattr(instance, f.name)) for f in self.record_fields(type(instance))})
             original_post_init(instance)
 
         # The argv SGLang's parser really parsed (after its --config merge), for which flags were given.
@@ -487,16 +536,26 @@ class Checker:
         started = time.monotonic()
         parse_errors = io.StringIO()
         try:
-            server_args_cls.__post_init__ = recording_post_init
+            if not self.resolves_once:
+                server_args_cls.__post_init__ = recording_post_init
             argparse.ArgumentParser.parse_args = recording_parse_args  # type: ignore[method-assign]
             with contextlib.redirect_stdout(sys.stderr), _tee_stderr(parse_errors):
                 try:
                     server_args = self.sa.prepare_server_args(argv)
+                    if self.resolves_once:
+                        # 0.5.2x: prepare_server_args returns the operator's input; the launcher
+                        # (launch_server.run_server, Engine._launch_subprocesses) resolves it, then
+                        # checks it. Resolution declares its decisions beside the record, which
+                        # keeps the input as given.
+                        snapshots.append({f.name: _copy(getattr(server_args, f.name)) for f in self.record_fields(type(server_args))})
+                        stage = "resolve"
+                        server_args.resolve_once()
                     stage = "check_server_args"
                     if hasattr(server_args, "check_server_args"):
                         server_args.check_server_args()
                 finally:
-                    server_args_cls.__post_init__ = original_post_init
+                    if not self.resolves_once:
+                        server_args_cls.__post_init__ = original_post_init
                     argparse.ArgumentParser.parse_args = original_parse_args  # type: ignore[method-assign]
         except SystemExit as exc:  # argparse: a bad flag or value
             message = parse_errors.getvalue().strip().splitlines()
@@ -510,7 +569,7 @@ class Checker:
                 },
             )
         except Exception as exc:
-            if stage == "parse" and snapshots:
+            if stage == "parse" and snapshots and not self.resolves_once:
                 stage = "post_init"
             result.update(
                 verdict="refused",
@@ -524,10 +583,10 @@ class Checker:
             changes = self._changes(before, server_args, given)
             result["changes"] = changes
             result["warnings"] = [_warning(c) for c in changes if c["kind"] == "rewritten" or c["field"] in WATCHED_FIELDS]
-            result["resolved"] = {f: _jsonable(_resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
-            result["values"] = {f.name: _jsonable(_resolved(server_args, f.name)) for f in dataclasses.fields(server_args)}
+            result["resolved"] = {f: _jsonable(self._resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
+            result["values"] = {f.name: _jsonable(self._resolved(server_args, f.name)) for f in self.record_fields(type(server_args))}
         finally:
-            root.removeHandler(capture)
+            sglang_logger.removeHandler(capture)
             sglang_logger.setLevel(old_level)
             env_after = dict(os.environ)
             os.environ.clear()
@@ -539,10 +598,14 @@ class Checker:
         return result
 
     def _changes(self, before: Mapping[str, Any], server_args: Any, given: set[str]) -> list[dict[str, Any]]:
-        defaults = {f.name: _field_default(f) for f in dataclasses.fields(server_args)}
+        defaults = {f.name: _field_default(f) for f in self.record_fields(type(server_args))}
+        sources = {}  # 0.5.2x: field -> the resolution step whose declaration is in effect
+        for source, declared in getattr(server_args, "_resolved_overrides", None) or ():
+            for name in declared:
+                sources[name] = source
         out = []
         for name, old in before.items():
-            new = _resolved(server_args, name)
+            new = self._resolved(server_args, name)
             if _same(old, new):
                 continue
             flag = self.parser_dest_flags.get(name)
@@ -555,9 +618,17 @@ class Checker:
                     "given": _jsonable(old) if was_given else None,
                     "default": _jsonable(defaults.get(name)),
                     "resolved": _jsonable(new),
+                    **({"source": sources[name]} if name in sources else {}),
                 }
             )
         return out
+
+    def _resolved(self, server_args: Any, name: str) -> Any:
+        """The value SGLang uses: the field (0.5.9 writes its decisions into the record), or 0.5.2x's
+        resolution result (its last declaration, else the input, else the field's fallback)."""
+        if self.overrides is not None:
+            return self.overrides.resolution_result(server_args, name)
+        return getattr(server_args, name, None)
 
 
 def _warning(change: Mapping[str, Any]) -> str:
@@ -567,16 +638,22 @@ def _warning(change: Mapping[str, Any]) -> str:
     return f"{flag} not given (default {json.dumps(change['default'])}): SGLang uses {json.dumps(change['resolved'])} ({change['field']})"
 
 
-def _resolved(server_args: Any, name: str) -> Any:
-    return getattr(server_args, name, None)
-
-
 def _require_config_dir(path: str, what: str) -> None:
     directory = Path(path)
     if not directory.is_dir():
         raise CheckUsageError(f"{what} directory {path}: expected a directory holding config.json, found no directory")
     if not (directory / "config.json").is_file():
         raise CheckUsageError(f"{what} directory {path}: expected config.json in it, found {sorted(p.name for p in directory.iterdir())}")
+
+
+@contextlib.contextmanager
+def _logging_disabled() -> Iterator[None]:
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 @contextlib.contextmanager
@@ -638,13 +715,20 @@ def _location(exc: BaseException, sglang_dir: str) -> dict[str, Any]:
     }
 
 
-def _field_default(field: dataclasses.Field) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+def _field_default(field: Any) -> Any:
+    """The default of a dataclass field or a msgspec Struct field (0.5.2x's ServerArgs)."""
+    default = getattr(field, "default", dataclasses.MISSING)
+    if default is not dataclasses.MISSING and not _no_default(default):
+        return default
+    factory = getattr(field, "default_factory", dataclasses.MISSING)
+    if factory is not dataclasses.MISSING and not _no_default(factory):
         with contextlib.suppress(Exception):
-            return field.default_factory()  # type: ignore[misc]
+            return factory()
     return None
+
+
+def _no_default(value: Any) -> bool:
+    return type(value).__name__ in ("NoDefault", "_NoDefault") or repr(value) == "NODEFAULT"
 
 
 def _copy(value: Any) -> Any:
@@ -672,6 +756,17 @@ def _jsonable(value: Any) -> Any:
     if isinstance(enum_value, (str, int)):
         return enum_value
     return repr(value)
+
+
+def _import_resolution_modules() -> None:
+    for name in RESOLUTION_MODULES:
+        try:
+            package = importlib.import_module(name)
+        except Exception:  # a hook that cannot import fails the check that reaches it, with its error
+            continue
+        for info in pkgutil.iter_modules(getattr(package, "__path__", None) or []):
+            with contextlib.suppress(Exception):
+                importlib.import_module(f"{name}.{info.name}")
 
 
 def _sglang_version(module: Any) -> Optional[str]:
