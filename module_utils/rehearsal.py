@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -162,7 +163,9 @@ def reference_file(spec: Mapping[str, Any], facts: Mapping[str, Any], reference:
 def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], reference: Reference, name: str) -> str:
     """The spec's build_requires (or a depends_on artifact) admit only versions its ref's [build-system]
     requires admit (read from the recorded pyproject.toml, bounds included), and the facts' extra build
-    requirements likewise. A pyproject not read at the tag makes it UNCHECKED (after the extras are checked)."""
+    requirements likewise. A pyproject not read at the tag makes it UNCHECKED (after the extras, and the
+    bounds the facts state for the unread file, stated_build_system_requires, are checked: a spec admitting
+    what one of those excludes FAILS; agreeing with them is still no pass, the file was not read)."""
     spec = _spec(specs, name)
     by_name = _by_name(specs)
     needed: list[tuple[str, str]] = []
@@ -172,6 +175,15 @@ def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str,
         needed += [(r, f"{entry.where()} [build-system] requires") for r in entry.extract.get("build_system_requires", [])]
     except Unchecked as exc:
         unchecked = str(exc)
+        stated = facts.get(name, {}).get("stated_build_system_requires") or {}
+        for item in fact(facts, name, "stated_build_system_requires", []):
+            needed.append(
+                (
+                    str(item["requirement"]),
+                    f"{item['from']}, tests/data/upstream-build-facts.yml {name}.stated_build_system_requires "
+                    f"(verified: {str(stated.get('verified')).lower()})",
+                )
+            )
     source = (facts.get(name, {}).get("extra_build_requires") or {}).get("source", {})
     needed += [
         (r, f"{source.get('repo')} {source.get('ref')} {source.get('path')} (facts)") for r in fact(facts, name, "extra_build_requires", [])
@@ -210,7 +222,8 @@ def check_build_requires(specs: Sequence[Mapping[str, Any]], facts: Mapping[str,
     if unchecked:
         raise Unchecked(
             f"{unchecked}: its [build-system] requires and their bounds are not checked; "
-            f"the facts' extras are covered ({', '.join(covered) or 'none'})"
+            f"the facts' extras and stated bounds are covered ({', '.join(dict.fromkeys(covered)) or 'none'}), "
+            "which is no pass while the file is not read"
         )
     return f"{name}: {len(covered)} build requirements within upstream's bounds ({', '.join(covered)})"
 
@@ -299,8 +312,12 @@ def check_cmake_options(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, 
                     f"{spec['name']}: {option} is a CMake cache variable, set as an environment variable (does nothing); "
                     f'expected CMAKE_ARGS="-D{option}=...", found env {option}={env[option]!r}'
                 )
-        for define in re.findall(r"-D([A-Za-z0-9_]+)=", str(env.get("CMAKE_ARGS", ""))):
-            seen.append(f"{spec['name']}: -D{define}")
+        try:
+            defines = cmake_defines(spec)
+        except RehearsalError as exc:
+            problems.append(str(exc))
+            continue
+        seen += [f"{spec['name']}: -D{define}" for define in defines]
     if problems:
         raise RehearsalError("; ".join(problems))
     return "CMake options only through CMAKE_ARGS (" + (", ".join(seen) or "none set") + ")"
@@ -534,25 +551,191 @@ def arch_entries(spec: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Arch
         raise RehearsalError(f"{spec['name']}: env {var}={value!r}: {exc}") from None
 
 
-def arch_target(spec: Mapping[str, Any], facts: Mapping[str, Any], capability: str = "12.0") -> str:
+# CMake's false constants (cmIsOff): `if(VAR)` is false for these (any case), a value ending in -NOTFOUND, or VAR unset
+_CMAKE_FALSE = {"", "0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND"}
+
+
+def cmake_true(value: Optional[str]) -> bool:
+    """`if(VAR)` of a CMake variable holding `value` (None: unset)."""
+    if value is None:
+        return False
+    text = value.strip().upper()
+    return not (text in _CMAKE_FALSE or text.endswith("-NOTFOUND"))
+
+
+def _cmake_version(text: str) -> tuple[int, ...]:
+    """A version as CMake's VERSION_* comparisons read it: dot-separated integer components."""
+    parts = []
+    for part in str(text).split("."):
+        match = re.match(r"\d+", part)
+        parts.append(int(match.group(0)) if match else 0)
+    return tuple(parts)
+
+
+def _version_at_least(found: str, wanted: str) -> bool:
+    a, b = _cmake_version(found), _cmake_version(wanted)
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
+
+
+def cmake_defines(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The CMake cache variables the spec's env CMAKE_ARGS set, read as scikit-build-core passes them (shlex.split)
+    and CMake applies them (in order): -DNAME=VALUE, -DNAME:TYPE=VALUE, -D NAME=VALUE; -UGLOB removes those set
+    before. Other arguments are not variables. Raises RehearsalError naming the spec and the argument CMake refuses."""
+    text = str(spec.get("env", {}).get("CMAKE_ARGS", ""))
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise RehearsalError(f"{spec['name']}: env CMAKE_ARGS={text!r} cannot be split as the build splits it (shlex): {exc}") from None
+    out: dict[str, str] = {}
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if token[:2] not in ("-D", "-U"):
+            continue
+        flag, argument = token[:2], token[2:]
+        if not argument:
+            if index >= len(tokens):
+                raise RehearsalError(f"{spec['name']}: env CMAKE_ARGS={text!r} ends with {flag} and no variable")
+            argument = tokens[index]
+            index += 1
+        if flag == "-U":
+            for name in [n for n in out if fnmatch.fnmatchcase(n, argument)]:
+                del out[name]
+            continue
+        match = re.fullmatch(r"([^:=]+)(?::[A-Za-z]+)?=(.*)", argument, re.DOTALL)
+        if not match:
+            raise RehearsalError(
+                f"{spec['name']}: env CMAKE_ARGS={text!r}: {flag}{argument!r} is not -DNAME=VALUE or -DNAME:TYPE=VALUE (CMake refuses it)"
+            )
+        out[match.group(1)] = match.group(2)
+    return out
+
+
+def _code_capability(code: str) -> str:
+    match = re.fullmatch(r"sm_(\d+)(\d)[af]?", code)
+    return f"{match.group(1)}.{match.group(2)}" if match else ""
+
+
+def _code_number(code: str) -> int:
+    match = re.fullmatch(r"sm_(\d+)[af]?", code)
+    return int(match.group(1)) if match else -1
+
+
+def _rule_where(facts: Mapping[str, Any], name: str) -> str:
+    entry = (facts.get(name) or {}).get("cmake_arch_rule") or {}
+    source = entry.get("source") or {}
+    path, ref = str(source.get("path", "")).split(" ")[0], str(source.get("ref", ""))[:8]
+    return f"{path} at {ref}, verified: {str(entry.get('verified')).lower()}"
+
+
+def cmake_gencodes(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version: str) -> list[str]:
+    """The -gencode codes the spec's CMake build gives its objects, by the fact cmake_arch_rule: each code whose
+    conditions (any of them) hold for the spec's CMAKE_ARGS (else the option() defaults) and the CUDA version."""
+    rule = fact(facts, spec["name"], "cmake_arch_rule") or {}
+    options = {**{k: str(v) for k, v in (rule.get("options") or {}).items()}, **cmake_defines(spec)}
+    codes = []
+    for entry in rule.get("gencodes") or []:
+        conditions = entry.get("any") or []
+        if not conditions or any(_condition_holds(c, options, cuda_version) for c in conditions):
+            codes.append(str(entry["code"]))
+    return codes
+
+
+def _condition_holds(condition: Mapping[str, Any], options: Mapping[str, str], cuda_version: str) -> bool:
+    if "cuda_at_least" in condition:
+        return _version_at_least(cuda_version, str(condition["cuda_at_least"]))
+    if "option" in condition:
+        return cmake_true(options.get(str(condition["option"])))
+    raise RehearsalError(f"cmake_arch_rule: condition {dict(condition)} is neither cuda_at_least nor option")
+
+
+def _gates(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version: str, capability: str) -> str:
+    """What the rule needs for a code of `capability`, with what the spec and the CUDA version give."""
+    rule = fact(facts, spec["name"], "cmake_arch_rule") or {}
+    defaults = {k: str(v) for k, v in (rule.get("options") or {}).items()}
+    defines = cmake_defines(spec)
+    out = []
+    for entry in rule.get("gencodes") or []:
+        if _code_capability(str(entry["code"])) != capability:
+            continue
+        parts = []
+        for condition in entry.get("any") or []:
+            if "cuda_at_least" in condition:
+                parts.append(f"CUDA_VERSION >= {condition['cuda_at_least']} (found {cuda_version})")
+            else:
+                option = str(condition["option"])
+                found = f"-D{option}={defines[option]}" if option in defines else f"unset, option() default {defaults.get(option, 'none')}"
+                parts.append(f"{option} is ON (found {found})")
+        out.append(f"{entry['code']} when " + (" or ".join(parts) or "always"))
+    return "; ".join(out) or f"no code for {capability} in the rule"
+
+
+def arch_origin(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version: Optional[str] = None) -> str:
+    """Where a spec's machine code comes from, in words (for a stand-in whose verification fails)."""
+    var = fact(facts, spec["name"], "arch_env")
+    if var and var in spec.get("env", {}):
+        return f"env {var}={spec['env'][var]!r}"
+    if fact(facts, spec["name"], "cmake_arch_rule") and cuda_version:
+        try:
+            codes = cmake_gencodes(spec, facts, cuda_version)
+        except RehearsalError as exc:
+            return str(exc)
+        return (
+            f"env CMAKE_ARGS={spec.get('env', {}).get('CMAKE_ARGS', '')!r} on CUDA {cuda_version} gives {', '.join(codes)} "
+            f"({_rule_where(facts, spec['name'])})"
+        )
+    return ""
+
+
+def arch_target(spec: Mapping[str, Any], facts: Mapping[str, Any], capability: str = "12.0", cuda_version: Optional[str] = None) -> str:
     """The machine code the real build of `spec` makes for `capability`: from its arch list (12.0 -> sm_120,
     12.0a -> sm_120a, 12.0f -> sm_120f); a list without it gives its first entry's code (so verification
-    fails naming it); no arch variable: the tag's fact sm120_target."""
+    fails naming it); no arch variable: the code the fact cmake_arch_rule gives for the spec's CMAKE_ARGS
+    and `cuda_version` (the highest it gives when none is for `capability`)."""
     entries = arch_entries(spec, facts)
     if entries:
         return next((e.sm for e in entries if e.capability == capability), entries[0].sm)
-    target = fact(facts, spec["name"], "sm120_target")
-    if not target:
-        var = fact(facts, spec["name"], "arch_env")
-        raise RehearsalError(f"{spec['name']}: no SM120 target (expected env {var or 'an arch list'} or the fact sm120_target)")
-    return str(target)
+    if fact(facts, spec["name"], "cmake_arch_rule"):
+        if not cuda_version:
+            raise RehearsalError(f"{spec['name']}: its CMake arch rule (cmake_arch_rule) needs the stack's CUDA version, given none")
+        codes = cmake_gencodes(spec, facts, cuda_version)
+        if not codes:
+            raise RehearsalError(f"{spec['name']}: cmake_arch_rule gives no code for CMAKE_ARGS {spec.get('env', {}).get('CMAKE_ARGS')!r}")
+        return next((c for c in codes if _code_capability(c) == capability), max(codes, key=lambda c: (_code_number(c), c)))
+    var = fact(facts, spec["name"], "arch_env")
+    raise RehearsalError(f"{spec['name']}: no SM120 target (expected env {var or 'an arch list'} or the fact cmake_arch_rule)")
 
 
-def check_arch_lists(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], capability: str) -> str:
-    """Each spec's arch variable, read as its build reads it, asks for `capability` (stack_cuda_arch)."""
+def check_arch_lists(
+    specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], capability: str, cuda_version: Optional[str] = None
+) -> str:
+    """Each spec's arch variable, read as its build reads it, asks for `capability` (stack_cuda_arch); a CMake
+    build's CMAKE_ARGS give it code for `capability` on `cuda_version` (stack_cuda_version) by its cmake_arch_rule."""
     problems, seen = [], []
     for spec in specs:
-        var = fact(facts, spec["name"], "arch_env")
+        name = spec["name"]
+        if fact(facts, name, "cmake_arch_rule") and spec.get("verify", {}).get("device_code", "required") != "none":
+            args = spec.get("env", {}).get("CMAKE_ARGS", "")
+            if not cuda_version:
+                problems.append(f"{name}: its CMake arch rule needs the stack's CUDA version (stack_cuda_version), given none")
+                continue
+            try:
+                codes = cmake_gencodes(spec, facts, cuda_version)
+                gates = _gates(spec, facts, cuda_version, capability)
+            except RehearsalError as exc:
+                problems.append(str(exc))
+                continue
+            where = _rule_where(facts, name)
+            if not any(_code_capability(c) == capability for c in codes):
+                problems.append(
+                    f"{name}: env CMAKE_ARGS={args!r} on CUDA {cuda_version} gives {', '.join(codes)} ({where}): "
+                    f"expected code for {capability} (stack_cuda_arch): {gates}"
+                )
+            seen.append(f"{name} CMAKE_ARGS={args!r} on CUDA {cuda_version} -> {', '.join(codes)} ({where})")
+            continue
+        var = fact(facts, name, "arch_env")
         if not var or var not in spec.get("env", {}):
             continue
         try:
@@ -562,10 +745,8 @@ def check_arch_lists(specs: Sequence[Mapping[str, Any]], facts: Mapping[str, Any
             continue
         codes = ", ".join(e.sm + ("+PTX" if e.ptx else "") for e in entries)
         if not any(e.capability == capability for e in entries):
-            problems.append(
-                f"{spec['name']}: env {var}={spec['env'][var]!r} reads as {codes}: expected {capability} (stack_cuda_arch) among them"
-            )
-        seen.append(f"{spec['name']} {var}={spec['env'][var]!r} -> {codes}")
+            problems.append(f"{name}: env {var}={spec['env'][var]!r} reads as {codes}: expected {capability} (stack_cuda_arch) among them")
+        seen.append(f"{name} {var}={spec['env'][var]!r} -> {codes}")
     if problems:
         raise RehearsalError("; ".join(problems))
     if not seen:
@@ -578,13 +759,16 @@ def _instantiate(pattern: str, real_names: Sequence[str]) -> list[str]:
     return matching or [pattern.replace("*", "standin")]
 
 
-def standin_objects(spec: Mapping[str, Any], facts: Mapping[str, Any], real_names: Sequence[str] = ()) -> dict[str, str]:
+def standin_objects(
+    spec: Mapping[str, Any], facts: Mapping[str, Any], real_names: Sequence[str] = (), cuda_version: Optional[str] = None
+) -> dict[str, str]:
     """Wheel path -> target of the CUDA objects a stand-in carries: the spec's arch_objects (at the
-    real wheel's paths where known) with its SM120 target, its other_arch_objects with sm_90a."""
+    real wheel's paths where known) with the target its real build makes (arch_target: from its arch list,
+    or from its CMAKE_ARGS on `cuda_version`), its other_arch_objects with sm_90a."""
     verify = spec.get("verify", {})
     if verify.get("device_code", "required") == "none":
         return {}
-    target = arch_target(spec, facts)
+    target = arch_target(spec, facts, cuda_version=cuda_version)
     objects = {p: target for pattern in verify.get("arch_objects", []) for p in _instantiate(pattern, real_names)}
     for pattern in verify.get("other_arch_objects", {}):
         for path in _instantiate(pattern, real_names):
@@ -608,7 +792,8 @@ def write_standin_tree(
     reference: Optional[Reference] = None,
 ) -> Path:
     """A source tree laid out like the upstream's (sub-directory, pyproject) whose backend writes the stand-in wheel:
-    [build-system] requires from the ref's recorded pyproject.toml (plus the facts' extra build requirements),
+    [build-system] requires from the ref's recorded pyproject.toml (the facts' stated_build_system_requires where
+    it was not read; plus the facts' extra build requirements),
     the base version from the ref's recorded version file (the stack's version where none was read)."""
     name = spec["name"]
     if name not in facts:
@@ -631,6 +816,8 @@ def write_standin_tree(
             try:
                 entry = reference_file(spec, facts, reference, key)
             except Unchecked:
+                if key == "build_system_file":  # the bounds known from elsewhere, so the dependency check runs on them
+                    upstream_requires = [str(i["requirement"]) for i in fact(facts, name, "stated_build_system_requires", [])]
                 continue
             if key == "version_file":
                 base = str(entry.extract.get((fact(facts, name, key) or {}).get("key", "version"), base))
@@ -706,10 +893,14 @@ def build_in_process(tree: Path, spec: Mapping[str, Any], facts: Mapping[str, An
     return out / proc.stdout.strip().splitlines()[-1]
 
 
-def verify_standin(wheel: Path, spec: Mapping[str, Any], expected_tag: str) -> str:
-    """A stand-in passes production's verification and is clearly named a stand-in."""
+def verify_standin(wheel: Path, spec: Mapping[str, Any], expected_tag: str, origin: str = "") -> str:
+    """A stand-in passes production's verification and is clearly named a stand-in; `origin` (arch_origin)
+    says where its objects' code came from, named when verification refuses them."""
     check_local_version([wheel], spec.get("local_version"))
-    evidence = verify_wheels([wheel], spec.get("verify", {"device_code": "none"}))
+    try:
+        evidence = verify_wheels([wheel], spec.get("verify", {"device_code": "none"}))
+    except BuildError as exc:
+        raise RehearsalError(f"{spec['name']}: {exc}" + (f" (its objects' code: {origin})" if origin else "")) from None
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from rehearsal import (
     RehearsalError,
+    arch_origin,
     build_in_process,
     check_arch_lists,
     check_build_requires,
@@ -73,7 +74,7 @@ def test_production_specs_pass_every_facts_check(specs: list[dict[str, Any]], re
         (check_build_requires, (specs, FACTS, REFERENCE, "flashinfer_jit_cache")),
         (check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer")),
         (check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer_jit_cache")),
-        (check_arch_lists, (specs, FACTS, stack["stack_cuda_arch"])),
+        (check_arch_lists, (specs, FACTS, stack["stack_cuda_arch"], stack["stack_cuda_version"])),
         (check_cmake_options, (specs, FACTS)),
         (check_triton_pin, (specs, FACTS)),
         (check_flashinfer_arch, (specs, FACTS, stack["stack_cuda_version"])),
@@ -257,13 +258,14 @@ def standins(
     root = tmp_path_factory.mktemp("standins")
     names = [p.relative_to(real_sgl_kernel[1]).as_posix() for p in real_sgl_kernel[1].rglob("*") if p.is_file()]
     specs = {s["name"]: s for s in rendered["specs"]}
-    objects = {n: standin_objects(specs[n], FACTS, names) for n in ("torch", "sgl_kernel")}
+    cuda = rendered["stack"]["stack_cuda_version"]
+    objects = {n: standin_objects(specs[n], FACTS, names, cuda) for n in ("torch", "sgl_kernel")}
     compiled = {t: compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for o in objects.values() for t in o.values()}
     trees = {
         n: write_standin_tree(specs[n], FACTS, rendered["stack"], root / "src" / n, BACKEND, compiled, objects[n], "cp311", REFERENCE)
         for n in objects
     }
-    return {"root": root, "trees": trees, "specs": specs}
+    return {"root": root, "trees": trees, "specs": specs, "names": names, "stack": rendered["stack"]}
 
 
 def copy_tree(src: Path, dest: Path) -> Path:
@@ -283,6 +285,32 @@ def test_standin_carries_what_the_real_build_does(standins: dict[str, Any], tmp_
     metadata = zipfile.ZipFile(wheel).read("torch-2.9.1+cu130.dist-info/METADATA").decode()
     assert "Requires-Dist: triton==3.5.1; platform_system == 'Linux'" in metadata and "Requires-Dist: sympy>=1.13.3" in metadata
     assert "Summary: STAND-IN for torch" in metadata
+
+
+def test_sgl_kernel_standin_without_sm120_fails_verification_naming_the_option(
+    standins: dict[str, Any], tmp_path: Path, cuda_home: Path
+) -> None:
+    """The stand-in's objects follow the spec's CMAKE_ARGS (and the CUDA version) by sgl-kernel's CMake rule: where
+    they give no SM120 code (below CUDA 12.8 without SGL_KERNEL_ENABLE_SM100A) production's verification refuses it."""
+    spec = copy.deepcopy(standins["specs"]["sgl_kernel"])
+
+    def build(cuda: str, name: str) -> tuple[Path, str]:
+        objects = standin_objects(spec, FACTS, standins["names"], cuda)
+        compiled = {t: compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for t in set(objects.values())}
+        tree = write_standin_tree(spec, FACTS, standins["stack"], tmp_path / name / "src", BACKEND, compiled, objects, "cp311", REFERENCE)
+        wheel = build_in_process(tree, spec, FACTS, tmp_path / name / "out")
+        return wheel, arch_origin(spec, FACTS, cuda)
+
+    wheel, origin = build("12.6.3", "off")  # the defect: CMAKE_ARGS that give no SM120 code on this CUDA
+    detail = fails(verify_standin, wheel, spec, "cp310-abi3-linux_x86_64", origin)
+    assert detail.startswith("sgl_kernel: ") and "expected sm_120 or sm_120a or sm_120f" in detail and "sm_90a" in detail
+    assert (
+        "(its objects' code: env CMAKE_ARGS='-DSGL_KERNEL_COMPILE_THREADS=4 -DENABLE_BELOW_SM90=OFF' on CUDA 12.6.3 gives sm_90, sm_90a "
+        "(sgl-kernel/CMakeLists.txt at 00390b86, verified: false))" in detail
+    )
+    spec["env"]["CMAKE_ARGS"] += " -DSGL_KERNEL_ENABLE_SM100A=ON"  # the option the rule reads
+    wheel, origin = build("12.6.3", "on")
+    assert "sm_120a" in verify_standin(wheel, spec, "cp310-abi3-linux_x86_64", origin)
 
 
 def test_unlabelled_kernel_is_shadowed_by_the_upstream_wheel(
@@ -345,6 +373,50 @@ def test_dependency_install_without_no_deps_fails_the_build(
     assert re.search(
         r"No matching distribution found for (filelock|typing-extensions|sympy|networkx|jinja2|fsspec|triton)", outcome.detail
     ), outcome.detail
+
+
+def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_each(rendered: dict[str, Any], tmp_path: Path) -> None:
+    """`scripts/rehearsal.py --reduced` on specs with the defects under issue 23's "Why" put back: torch's setuptools
+    unbounded (its pyproject is unread: the stated bound decides), flashinfer-jit-cache with nvshmem-cu13 only, the
+    FlashInfer specs at v0.6.2. (The sgl-kernel CMAKE_ARGS defect needs CUDA < 12.8 by the recorded CMake rule, which
+    the reduced run cannot compile for: test_sgl_kernel_standin_without_sm120_fails_verification_naming_the_option.)"""
+    broken = copy.deepcopy(rendered)
+    torch = by_name(broken["specs"], "torch")
+    torch["build_requires"] = [("setuptools>=70.1.0" if r.startswith("setuptools") else r) for r in torch["build_requires"]]
+    jit = by_name(broken["specs"], "flashinfer_jit_cache")
+    jit["build_requires"] = [r for r in jit["build_requires"] if r != "nvidia-nvshmem-cu12"]
+    for name in ("flashinfer", "flashinfer_jit_cache"):
+        by_name(broken["specs"], name)["source"]["ref"] = "v0.6.2"
+    specs_json = tmp_path / "broken.json"
+    specs_json.write_text(json.dumps(broken))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = {line.split(":")[0]: line for line in lines if line.startswith("FAIL ")}
+    assert set(failed) == {
+        "FAIL upstream build-requires torch",
+        "FAIL upstream build-requires flashinfer_jit_cache",
+        "FAIL upstream version flashinfer",
+        "FAIL upstream version flashinfer_jit_cache",
+    }, "\n".join(failed.values())
+    assert (
+        "torch: build_requires setuptools>=70.1.0 admits setuptools 80.0, which the upstream bound setuptools>=70.1.0,<80.0 of "
+        "pytorch/pytorch v2.9.1 pyproject.toml" in failed["FAIL upstream build-requires torch"]
+    )
+    jit_line = failed["FAIL upstream build-requires flashinfer_jit_cache"]
+    assert "flashinfer_jit_cache: build_requires lacks nvidia-nvshmem-cu12 (required by flashinfer-ai/flashinfer v0.6.2 " in jit_line
+    for name in ("flashinfer", "flashinfer_jit_cache"):
+        assert (
+            f"{name}: source ref v0.6.2 builds version 0.6.2 (flashinfer-ai/flashinfer v0.6.2 version.txt), the stack needs 0.6.3"
+            in failed[f"FAIL upstream version {name}"]
+        )
+    # torch's build requirements FAIL instead of UNCHECKED: one unchecked fewer than the production run
+    assert re.fullmatch(r"\d+ passed, 4 failed, 9 unchecked", lines[-1]), lines[-1]
 
 
 def test_release_evidence_copied_from_build_records_fails(tmp_path: Path) -> None:

@@ -21,8 +21,11 @@ from rehearsal import (
     arch_target,
     check_arch_lists,
     check_build_requires,
+    check_cmake_options,
     check_facts_agree,
     check_source_identity,
+    cmake_defines,
+    cmake_true,
     run_check,
     summary,
 )
@@ -107,10 +110,17 @@ TORCH_PYPROJECT = {
 }
 
 
+def with_setuptools(specs: list[dict[str, Any]], requirement: str) -> dict[str, Any]:
+    """The torch spec with its setuptools build requirement replaced by `requirement`."""
+    torch = by_name(specs, "torch")
+    assert sum(r.startswith("setuptools") for r in torch["build_requires"]) == 1, torch["build_requires"]
+    torch["build_requires"] = [(requirement if r.startswith("setuptools") else r) for r in torch["build_requires"]]
+    return torch
+
+
 def test_setuptools_without_upper_bound_fails_naming_spec_requirement_bound_and_file(specs: list[dict[str, Any]]) -> None:
     reference = with_entry(TORCH_PYPROJECT)
-    torch = by_name(specs, "torch")
-    assert "setuptools>=70.1.0" in torch["build_requires"]  # the production spec as it is
+    torch = with_setuptools(specs, "setuptools>=70.1.0")  # the defect of issue 23, put back
     detail = fails(check_build_requires, specs, FACTS, reference, "torch")
     assert (
         "torch: build_requires setuptools>=70.1.0 admits setuptools 80.0, which the upstream bound setuptools>=70.1.0,<80.0 "
@@ -118,6 +128,27 @@ def test_setuptools_without_upper_bound_fails_naming_spec_requirement_bound_and_
     )
     torch["build_requires"] = [("setuptools>=70.1.0,<80" if r == "setuptools>=70.1.0" else r) for r in torch["build_requires"]]
     assert run_check("bounded", check_build_requires, specs, FACTS, reference, "torch").ok
+
+
+def test_setuptools_bound_put_back_fails_on_the_stated_bound_while_the_file_is_unread(specs: list[dict[str, Any]]) -> None:
+    """torch v2.9.1's pyproject.toml is recorded unchecked: the bounds the facts state for it
+    (stated_build_system_requires, verified: false) still make a spec admitting what they exclude FAIL."""
+    assert REFERENCE.get("pytorch/pytorch", "v2.9.1", "pyproject.toml").status == "unchecked"
+    production = run_check("ok", check_build_requires, specs, FACTS, REFERENCE, "torch")
+    assert production.unchecked and not production.ok and not production.failed, production.line()  # agreement: never a pass
+    assert "setuptools<80,>=77" in production.detail and "no pass while the file is not read" in production.detail
+    with_setuptools(specs, "setuptools>=70.1.0")  # the defect: pip takes 84.x
+    detail = fails(check_build_requires, specs, FACTS, REFERENCE, "torch")
+    assert (
+        "torch: build_requires setuptools>=70.1.0 admits setuptools 80.0, which the upstream bound setuptools>=70.1.0,<80.0 of "
+        "pytorch/pytorch v2.9.1 pyproject.toml [build-system] requires as issue 23 states it (not read here), "
+        "tests/data/upstream-build-facts.yml torch.stated_build_system_requires (verified: false) excludes" in detail
+    )
+    # within v2.9.1's stated bound but not the stored copy's (another commit): refused too, naming that copy
+    with_setuptools(specs, "setuptools>=70.1.0,<80")
+    detail = fails(check_build_requires, specs, FACTS, REFERENCE, "torch")
+    assert "admits setuptools 70.1.0, which the upstream bound setuptools>=77.0.0,<82 of pytorch/pytorch pyproject.toml" in detail
+    assert "at commit 0034f545" in detail and "setuptools>=70.1.0,<80.0" not in detail
 
 
 def test_unread_torch_pyproject_is_unchecked_and_counted(specs: list[dict[str, Any]]) -> None:
@@ -253,7 +284,7 @@ def test_torch_arch_list_forms_reach_sm120(specs: list[dict[str, Any]], value: s
     torch = by_name(specs, "torch")
     torch["env"]["TORCH_CUDA_ARCH_LIST"] = value
     assert arch_target(torch, FACTS) == "sm_120"  # the old shortcut read "9.0;12.0" as sm_90 and raised on the others
-    assert run_check("arch", check_arch_lists, specs, FACTS, "12.0").ok
+    assert run_check("arch", check_arch_lists, specs, FACTS, "12.0", "13.0.1").ok
 
 
 @pytest.mark.parametrize(
@@ -266,7 +297,7 @@ def test_torch_arch_list_forms_reach_sm120(specs: list[dict[str, Any]], value: s
 )
 def test_torch_arch_list_without_sm120_fails(specs: list[dict[str, Any]], value: str, named: str) -> None:
     by_name(specs, "torch")["env"]["TORCH_CUDA_ARCH_LIST"] = value
-    assert named in fails(check_arch_lists, specs, FACTS, "12.0")
+    assert named in fails(check_arch_lists, specs, FACTS, "12.0", "13.0.1")
 
 
 def test_torch_without_sm120_gives_a_standin_target_verification_refuses(specs: list[dict[str, Any]]) -> None:
@@ -276,6 +307,86 @@ def test_torch_without_sm120_gives_a_standin_target_verification_refuses(specs: 
     torch["env"]["TORCH_CUDA_ARCH_LIST"] = "8.0;;12.0"
     with pytest.raises(RehearsalError, match=r"torch: env TORCH_CUDA_ARCH_LIST='8\.0;;12\.0': '' is not an arch torch accepts"):
         arch_target(torch, FACTS)
+
+
+# ---------------------------------------------------------------- sgl-kernel's CMake: its arch options
+
+
+PRODUCTION_CMAKE_ARGS = "-DSGL_KERNEL_COMPILE_THREADS=4 -DENABLE_BELOW_SM90=OFF"
+
+
+def test_sgl_kernel_cmake_rule_reproduces_the_real_wheel() -> None:
+    """The recorded rule, on the CUDA the real 0.3.21 wheel was built with (12.9, default options), gives the
+    cubins cuobjdump lists for its spatial_ops (tests/test_rehearsal.py)."""
+    kernel = {"name": "sgl_kernel", "env": {}}
+    assert run_check("arch", check_arch_lists, [kernel], FACTS, "12.0", "12.9").ok
+    from rehearsal import cmake_gencodes
+
+    assert sorted(cmake_gencodes(kernel, FACTS, "12.9")) == ["sm_100a", "sm_120a", "sm_80", "sm_89", "sm_90", "sm_90a"]
+
+
+@pytest.mark.parametrize(
+    ("args", "found"),
+    [
+        (PRODUCTION_CMAKE_ARGS, "SGL_KERNEL_ENABLE_SM100A is ON (found unset, option() default OFF)"),
+        (
+            PRODUCTION_CMAKE_ARGS + " -DSGL_KERNEL_ENABLE_SM100A=OFF",
+            "SGL_KERNEL_ENABLE_SM100A is ON (found -DSGL_KERNEL_ENABLE_SM100A=OFF)",
+        ),
+        ("-DSGL_KERNEL_ENABLE_SM100A=ON -USGL_KERNEL_ENABLE_*", "SGL_KERNEL_ENABLE_SM100A is ON (found unset, option() default OFF)"),
+        ("-D SGL_KERNEL_ENABLE_SM100A:BOOL=no", "SGL_KERNEL_ENABLE_SM100A is ON (found -DSGL_KERNEL_ENABLE_SM100A=no)"),
+    ],
+)
+def test_sgl_kernel_cmake_args_without_sm120_fail_naming_the_option(specs: list[dict[str, Any]], args: str, found: str) -> None:
+    """The defect of issue 23: sgl-kernel CMAKE_ARGS without SM120. By the recorded CMakeLists rule sm_120a comes
+    with CUDA >= 12.8 or SGL_KERNEL_ENABLE_SM100A, so below 12.8 the options decide it."""
+    kernel = by_name(specs, "sgl_kernel")
+    assert kernel["env"]["CMAKE_ARGS"] == PRODUCTION_CMAKE_ARGS
+    kernel["env"]["CMAKE_ARGS"] = args
+    detail = fails(check_arch_lists, specs, FACTS, "12.0", "12.6.3")
+    assert f"sgl_kernel: env CMAKE_ARGS={args!r} on CUDA 12.6.3 gives " in detail
+    assert "(sgl-kernel/CMakeLists.txt at 00390b86, verified: false): expected code for 12.0 (stack_cuda_arch): " in detail
+    assert f"sm_120a when CUDA_VERSION >= 12.8 (found 12.6.3) or {found}" in detail
+    assert arch_target(kernel, FACTS, cuda_version="12.6.3") == "sm_90a"  # what the stand-in then carries
+    kernel["env"]["CMAKE_ARGS"] = args + " -DSGL_KERNEL_ENABLE_SM100A=ON"  # the option the rule reads turns SM120 on
+    assert run_check("on", check_arch_lists, specs, FACTS, "12.0", "12.6.3").ok
+    assert arch_target(kernel, FACTS, cuda_version="12.6.3") == "sm_120a"
+
+
+def test_sgl_kernel_options_cannot_turn_sm120_off_on_cuda13(specs: list[dict[str, Any]]) -> None:
+    """By the recorded rule, on CUDA >= 12.8 no option of sgl-kernel's CMake removes sm_120a: the stack's 13.0.1 passes."""
+    kernel = by_name(specs, "sgl_kernel")
+    outcome = run_check("arch", check_arch_lists, specs, FACTS, "12.0", "13.0.1")
+    assert outcome.ok, outcome.line()
+    assert f"sgl_kernel CMAKE_ARGS={PRODUCTION_CMAKE_ARGS!r} on CUDA 13.0.1 -> sm_90, sm_100a, sm_120a, sm_103a, sm_90a" in outcome.detail
+    kernel["env"]["CMAKE_ARGS"] = "-DSGL_KERNEL_ENABLE_SM100A=OFF -DENABLE_BELOW_SM90=ON"
+    assert arch_target(kernel, FACTS, cuda_version="13.0.1") == "sm_120a"
+    with pytest.raises(RehearsalError, match=r"sgl_kernel: its CMake arch rule \(cmake_arch_rule\) needs the stack's CUDA version"):
+        arch_target(kernel, FACTS)
+    assert "sgl_kernel: its CMake arch rule needs the stack's CUDA version" in fails(check_arch_lists, specs, FACTS, "12.0")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ("-DSGL_KERNEL_COMPILE_THREADS=4 '-DENABLE_BELOW_SM90=OFF", "cannot be split as the build splits it (shlex): No closing quotation"),
+        ("-DSGL_KERNEL_ENABLE_SM100A", "-D'SGL_KERNEL_ENABLE_SM100A' is not -DNAME=VALUE or -DNAME:TYPE=VALUE"),
+        ("-DENABLE_BELOW_SM90=OFF -D", "ends with -D and no variable"),
+    ],
+)
+def test_sgl_kernel_cmake_args_cmake_refuses_fail(specs: list[dict[str, Any]], args: str, named: str) -> None:
+    by_name(specs, "sgl_kernel")["env"]["CMAKE_ARGS"] = args
+    assert named in fails(check_arch_lists, specs, FACTS, "12.0", "13.0.1")
+    assert named in fails(check_cmake_options, specs, FACTS)
+
+
+def test_cmake_args_read_as_cmake_reads_them() -> None:
+    spec = {"name": "x", "env": {"CMAKE_ARGS": "-G Ninja -DA=1 -D B:BOOL=OFF '-DC=two words' -DA=2 -UB --log-level=VERBOSE"}}
+    assert cmake_defines(spec) == {"A": "2", "C": "two words"}
+    assert [cmake_true(v) for v in ("ON", "yes", "1", "0.0", "foo", "OFF", "no", "0", "", "x-NOTFOUND", "ignore")] == [
+        True, True, True, True, True, False, False, False, False, False, False,
+    ]  # fmt: skip
+    assert cmake_true(None) is False
 
 
 # ---------------------------------------------------------------- the index itself
