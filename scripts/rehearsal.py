@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "module_utils"))
 
 import yaml  # noqa: E402
+from installed import site_packages  # noqa: E402
 from rehearsal import (  # noqa: E402
     Outcome,
+    arch_origin,
     build_in_process,
     check_arch_lists,
     check_build_requires,
@@ -59,6 +61,7 @@ from rehearsal import (  # noqa: E402
     verify_standin,
     write_standin_tree,
 )
+from release_rehearsal import check_imports, closures_for_pythons  # noqa: E402
 from upstream_reference import load_reference  # noqa: E402
 
 from build_pipeline import (  # noqa: E402
@@ -66,6 +69,7 @@ from build_pipeline import (  # noqa: E402
     SharedObject,
     plan,
     verify_wheel,
+    wheel_name_version,
 )
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
@@ -84,7 +88,8 @@ RENDER = """- name: Render the production build specs and stack for make rehears
       ansible.builtin.copy:
         dest: "{{ rehearsal_out }}"
         content: "{{ {'specs': sglang_build_specs, 'stack': dict(query('ansible.builtin.varnames', '^stack_')
-          | zip(query('ansible.builtin.vars', *query('ansible.builtin.varnames', '^stack_'))))} | to_nice_json }}"
+          | zip(query('ansible.builtin.vars', *query('ansible.builtin.varnames', '^stack_')))),
+          'preflight': {'preflight_max_python': preflight_max_python | default('')}} | to_nice_json }}"
         mode: "0644"
       delegate_to: localhost
 """
@@ -178,7 +183,7 @@ def main(argv: list[str]) -> int:
         if name in {s["name"] for s in specs}:
             report(run_check(f"upstream build-requires {name}", check_build_requires, specs, facts, reference, name))
             report(run_check(f"upstream version {name}", check_source_identity, specs, facts, reference, stack, name))
-    report(run_check("arch lists", check_arch_lists, specs, facts, stack["stack_cuda_arch"]))
+    report(run_check("arch lists", check_arch_lists, specs, facts, stack["stack_cuda_arch"], stack["stack_cuda_version"]))
     report(run_check("facts cmake-args", check_cmake_options, specs, facts))
     report(run_check("facts triton-pin", check_triton_pin, specs, facts))
     report(run_check("facts flashinfer-arch", check_flashinfer_arch, specs, facts, stack["stack_cuda_version"]))
@@ -219,7 +224,7 @@ def main(argv: list[str]) -> int:
     tag = python_tag()
 
     def do_standins() -> str:
-        objects = {n: standin_objects(by_name[n], facts, real_names) for n in CUDA_SPECS if n in by_name}
+        objects = {n: standin_objects(by_name[n], facts, real_names, stack["stack_cuda_version"]) for n in CUDA_SPECS if n in by_name}
         targets = sorted({t for o in objects.values() for t in o.values()})
         compiled = {t: compile_object(cuda_home, PROBE, t, WORK / "objects") for t in targets}
         for name, objs in objects.items():
@@ -231,6 +236,7 @@ def main(argv: list[str]) -> int:
     if not report(run_check("stand-ins", do_standins)).ok:
         return finish()
     expected_tags = {n: str(fact(facts, n, "wheel_tag", "py3-none-any")).replace("{python}", tag) for n in CUDA_SPECS}
+    cuda = str(stack["stack_cuda_version"])
     ours: dict[str, Path] = {}
     rehearsed = [rehearsal_spec(s, trees.get(s["name"])) for s in specs]
     if args.reduced:
@@ -241,7 +247,7 @@ def main(argv: list[str]) -> int:
                     _copy(trees[name], WORK / "reduced-src" / name), by_name[name], facts, WORK / "reduced-wheels" / name
                 )
                 ours[name] = wheel
-                return verify_standin(wheel, by_name[name], expected_tags[name])
+                return verify_standin(wheel, by_name[name], expected_tags[name], arch_origin(by_name[name], facts, cuda))
 
             report(run_check(f"stand-in {name}", one))
     else:
@@ -265,7 +271,8 @@ def main(argv: list[str]) -> int:
                 directory = host / "wheelhouse" / name / records[name]["key"]
                 wheel = directory / records[name]["installs"][0]
                 ours[name] = wheel
-                report(run_check(f"stand-in {name}", verify_standin, wheel, by_name[name], expected_tags[name]))
+                origin = arch_origin(by_name[name], facts, cuda)
+                report(run_check(f"stand-in {name}", verify_standin, wheel, by_name[name], expected_tags[name], origin))
 
     # -- the real upstream sgl-kernel: shadowing and verification by the same rule
     if real is not None and "sgl_kernel" in ours:
@@ -317,6 +324,27 @@ def main(argv: list[str]) -> int:
                 }
                 pins = [fact(facts, "torch", "triton_pin")]
                 report(run_check("release is ours", check_release, result, WORK / "release" / "venv", expected, pins))
+                # -- the imports a CPU allows, and which (issue 23, item 3)
+                for outcome in check_imports(WORK / "release" / "venv", site_packages(str(WORK / "release" / "venv"))):
+                    report(outcome)
+            # -- sglang's closure for every host Python the preflight allows (issue 23, item 4)
+            ours_wheels = {
+                wheel_name_version(w)[0]: w
+                for n in wanted
+                if n != "sglang"
+                for w in [closure.parent.parent / n / records[n]["key"] / records[n]["installs"][0]]
+            }
+            record_pins = sorted({p for n in wanted for p in records[n].get("pins", [])})
+            for outcome in closures_for_pythons(
+                sys.executable,
+                ROOT / "roles" / "preflight" / "defaults" / "main.yml",
+                by_name["sglang"]["source"]["wheel"],
+                ours_wheels,
+                record_pins,
+                WORK / "pythons",
+                preflight_overrides=rendered.get("preflight") or {},
+            ):
+                report(outcome)
         else:
             report(
                 Outcome("release install", False, f"not run: missing verified artifacts {', '.join(n for n in wanted if n not in records)}")
