@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run molecule scenarios in MOLECULE_LANES parallel lanes (default 2), each lane one scenario after another.
 # A scenario spends most of its time waiting on containers, SSH and systemd, so two lanes use a
-# 2-core machine better than one. Every line is prefixed with its scenario; each scenario's time
-# is printed at the end. Exits non-zero when any scenario failed (the other lane still finishes).
-#   scripts/molecule-lanes.sh SCENARIO...
+# 2-core machine better than one. The job `pytest` runs the unit tests (pytest tests) in a lane like a
+# scenario (make test). Every line is prefixed with its job; each job's time is printed at the end.
+# Exits non-zero when any job failed (the other lane still finishes).
+#   scripts/molecule-lanes.sh SCENARIO|pytest...
 set -uo pipefail
 lanes=${MOLECULE_LANES:-2}
 [ $# -gt 0 ] || { echo "usage: $0 SCENARIO..." >&2; exit 2; }
@@ -26,7 +27,11 @@ run_lane() {
     local lane=$1 scenario start status
     while scenario=$(next_scenario) && [ -n "$scenario" ]; do
         start=$(date +%s)
-        molecule test -s "$scenario" 2>&1 | sed -u "s/^/[$scenario] /"
+        if [ "$scenario" = pytest ]; then
+            pytest tests 2>&1 | sed -u "s/^/[pytest] /"
+        else
+            molecule test -s "$scenario" 2>&1 | sed -u "s/^/[$scenario] /"
+        fi
         status=${PIPESTATUS[0]}
         echo "$scenario $status $(( $(date +%s) - start ))" >>"$results/lane-$lane"
     done
@@ -40,7 +45,7 @@ done
 wait "${pids[@]}"
 
 failed=0
-echo "molecule: scenario, exit status, seconds"
+echo "molecule: job, exit status, seconds"
 while read -r scenario status seconds; do
     echo "molecule:   $scenario $status ${seconds}s"
     [ "$status" = 0 ] || failed=1

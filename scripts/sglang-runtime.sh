@@ -8,6 +8,10 @@
 #   .cache/sglang-runtime/site-packages       -> the site-packages of the stack's SGLang version
 # Redone only when the requirements file or the shim changes. Versions: all tests/runtime/*.txt,
 # or the ones given as arguments.
+# The venvs themselves (about 6 GB each) live in a store outside the clone, one per version and
+# requirements stamp, shared by every clone on this machine (a fresh clone, as CI makes, reuses them):
+#   SGLANG_RUNTIME_STORE (default ~/.cache/sglang-toolkit/sglang-runtime)/<version>-<stamp>/venv
+# and .cache/sglang-runtime/<version> is a link to it. SGLANG_RUNTIME_STORE=none builds in .cache.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${RUNTIME_PYTHON:-python3}
@@ -16,12 +20,27 @@ shim=$root/tests/fixtures/sgl-kernel-cpu-shim
 if [ $# -eq 0 ]; then
     set -- $(ls "$root"/tests/runtime/sglang-*.txt | sed 's|.*/sglang-\(.*\)\.txt$|\1|')
 fi
+store=${SGLANG_RUNTIME_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/sglang-toolkit/sglang-runtime}
+mkdir -p "$cache"
 for version in "$@"; do
     requirements=$root/tests/runtime/sglang-$version.txt
     [ -f "$requirements" ] || { echo "sglang-runtime: no $requirements for SGLang $version" >&2; exit 2; }
-    dir=$cache/$version
     stamp=$( { cat "$requirements"; find "$shim" -type f -name '*.py' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-16)
+    if [ "$store" = none ]; then
+        dir=$cache/$version
+        [ ! -L "$dir" ] || rm -f "$dir"
+    else
+        dir=$store/$version-$stamp
+        mkdir -p "$store"
+        # one builder per store entry at a time (two clones may ask at once)
+        exec 8>"$store/.lock-$version"
+        flock 8
+    fi
     if [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
+        if [ "$dir" != "$cache/$version" ]; then
+            [ -L "$cache/$version" ] || rm -rf "$cache/$version"
+            ln -sfn "$dir" "$cache/$version"
+        fi
         continue
     fi
     echo "sglang-runtime: building the SGLang $version runtime in $dir (a few minutes, several GB)"
@@ -36,6 +55,12 @@ for version in "$@"; do
     "$dir/venv/bin/python" -c 'import torch, transformers, triton, sgl_kernel' \
         || { echo "sglang-runtime: the $version runtime in $dir does not import" >&2; exit 1; }
     echo "$stamp" >"$dir/.stamp"
+    if [ "$dir" != "$cache/$version" ]; then
+        [ -L "$cache/$version" ] || rm -rf "$cache/$version"
+        ln -sfn "$dir" "$cache/$version"
+        # older builds of this version in the store are no longer what any requirements file says
+        find "$store" -maxdepth 1 -name "$version-*" ! -name "$version-$stamp" -exec rm -rf {} +
+    fi
 done
 # The stack's SGLang version is the one the lab host and molecule mount (read-only) at
 # /opt/sglang-runtime/site-packages: $cache/site-packages points at its site-packages.

@@ -126,7 +126,7 @@ def test_a_crash_is_phase_exited_with_its_status_and_last_log_line(tmp_path: Pat
 def test_never_healthy_is_phase_503_at_the_start_timeout(tmp_path: Path) -> None:
     result = run(tmp_path, start_timeout=4, SGLANG_STANDIN_MODE="never-healthy", SGLANG_STANDIN_WARMUP_SECONDS="0")
     assert not result.ok and result.phase == "503"
-    assert 4 <= result.seconds < 8 and result.healthy_at is None and result.first_503_at is not None
+    assert 4 <= result.seconds < 20 and result.healthy_at is None and result.first_503_at is not None
     assert "phase 503" in result.message and "within 4 s" in result.message and "last log line:" in result.message
     assert result.stopped == "SIGTERM" and gone(result.pid)
 
