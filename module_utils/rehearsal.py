@@ -630,9 +630,36 @@ def _rule_where(facts: Mapping[str, Any], name: str) -> str:
     return f"{path} at {ref}, verified: {str(entry.get('verified')).lower()}"
 
 
+# Where a CMake build is pointed at another CUDA toolkit than the pipeline's (CUDA_HOME, the stack's):
+# CMake's CUDA language and FindCUDAToolkit take the compiler from these, and CUDA_VERSION with it.
+TOOLKIT_DEFINES = ("CMAKE_CUDA_COMPILER", "CUDAToolkit_ROOT", "CUDA_TOOLKIT_ROOT_DIR")
+_TOOLKIT_PATH_VERSION = re.compile(r"cuda-(\d+\.\d+(?:\.\d+)?)(?:/|$)")
+
+
+def cmake_cuda_version(spec: Mapping[str, Any], cuda_version: str) -> tuple[str, str]:
+    """(the CUDA version the spec's CMake build compiles with, where it comes from): the toolkit a CMAKE_ARGS
+    define or env CUDACXX names (its version read from the path, laid out as /usr/local/cuda-X.Y), else
+    `cuda_version` (the stack's, the pipeline's CUDA_HOME). A toolkit path without a readable version fails."""
+    defines = cmake_defines(spec)
+    named = [(f"-D{k}", defines[k]) for k in TOOLKIT_DEFINES if defines.get(k)]
+    if spec.get("env", {}).get("CUDACXX"):
+        named.append(("env CUDACXX", str(spec["env"]["CUDACXX"])))
+    for where, path in named:
+        match = _TOOLKIT_PATH_VERSION.search(path)
+        if not match:
+            raise RehearsalError(
+                f"{spec['name']}: {where}={path!r} points the build at a CUDA toolkit whose version cannot be read "
+                "from its path (expected .../cuda-X.Y/...): drop it to build with the stack's toolkit"
+            )
+        return match.group(1), f"{where}={path}"
+    return cuda_version, "the stack's toolkit"
+
+
 def cmake_gencodes(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version: str) -> list[str]:
     """The -gencode codes the spec's CMake build gives its objects, by the fact cmake_arch_rule: each code whose
-    conditions (any of them) hold for the spec's CMAKE_ARGS (else the option() defaults) and the CUDA version."""
+    conditions (any of them) hold for the spec's CMAKE_ARGS (else the option() defaults) and the CUDA version
+    it compiles with (cmake_cuda_version: the stack's `cuda_version` unless CMAKE_ARGS name another toolkit)."""
+    cuda_version = cmake_cuda_version(spec, cuda_version)[0]
     rule = fact(facts, spec["name"], "cmake_arch_rule") or {}
     options = {**{k: str(v) for k, v in (rule.get("options") or {}).items()}, **cmake_defines(spec)}
     codes = []
@@ -656,6 +683,9 @@ def _gates(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version: str,
     rule = fact(facts, spec["name"], "cmake_arch_rule") or {}
     defaults = {k: str(v) for k, v in (rule.get("options") or {}).items()}
     defines = cmake_defines(spec)
+    cuda_version, origin = cmake_cuda_version(spec, cuda_version)
+    if origin != "the stack's toolkit":
+        cuda_version = f"{cuda_version}, {origin}"
     out = []
     for entry in rule.get("gencodes") or []:
         if _code_capability(str(entry["code"])) != capability:
@@ -680,10 +710,11 @@ def arch_origin(spec: Mapping[str, Any], facts: Mapping[str, Any], cuda_version:
     if fact(facts, spec["name"], "cmake_arch_rule") and cuda_version:
         try:
             codes = cmake_gencodes(spec, facts, cuda_version)
+            cuda = cmake_cuda_version(spec, cuda_version)[0]
         except RehearsalError as exc:
             return str(exc)
         return (
-            f"env CMAKE_ARGS={spec.get('env', {}).get('CMAKE_ARGS', '')!r} on CUDA {cuda_version} gives {', '.join(codes)} "
+            f"env CMAKE_ARGS={spec.get('env', {}).get('CMAKE_ARGS', '')!r} on CUDA {cuda} gives {', '.join(codes)} "
             f"({_rule_where(facts, spec['name'])})"
         )
     return ""
@@ -724,16 +755,17 @@ def check_arch_lists(
             try:
                 codes = cmake_gencodes(spec, facts, cuda_version)
                 gates = _gates(spec, facts, cuda_version, capability)
+                cuda = cmake_cuda_version(spec, cuda_version)[0]
             except RehearsalError as exc:
                 problems.append(str(exc))
                 continue
             where = _rule_where(facts, name)
             if not any(_code_capability(c) == capability for c in codes):
                 problems.append(
-                    f"{name}: env CMAKE_ARGS={args!r} on CUDA {cuda_version} gives {', '.join(codes)} ({where}): "
+                    f"{name}: env CMAKE_ARGS={args!r} on CUDA {cuda} gives {', '.join(codes)} ({where}): "
                     f"expected code for {capability} (stack_cuda_arch): {gates}"
                 )
-            seen.append(f"{name} CMAKE_ARGS={args!r} on CUDA {cuda_version} -> {', '.join(codes)} ({where})")
+            seen.append(f"{name} CMAKE_ARGS={args!r} on CUDA {cuda} -> {', '.join(codes)} ({where})")
             continue
         var = fact(facts, name, "arch_env")
         if not var or var not in spec.get("env", {}):

@@ -378,8 +378,8 @@ def test_dependency_install_without_no_deps_fails_the_build(
 def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_each(rendered: dict[str, Any], tmp_path: Path) -> None:
     """`scripts/rehearsal.py --reduced` on specs with the defects under issue 23's "Why" put back: torch's setuptools
     unbounded (its pyproject is unread: the stated bound decides), flashinfer-jit-cache with nvshmem-cu13 only, the
-    FlashInfer specs at v0.6.2. (The sgl-kernel CMAKE_ARGS defect needs CUDA < 12.8 by the recorded CMake rule, which
-    the reduced run cannot compile for: test_sgl_kernel_standin_without_sm120_fails_verification_naming_the_option.)"""
+    FlashInfer specs at v0.6.2, and sgl-kernel CMAKE_ARGS without SM120 (by the recorded CMake rule sm_120a comes with
+    CUDA >= 12.8, so on the CUDA 13.0.1 stack that means CMAKE_ARGS pointing CMake at an older toolkit's nvcc)."""
     broken = copy.deepcopy(rendered)
     torch = by_name(broken["specs"], "torch")
     torch["build_requires"] = [("setuptools>=70.1.0" if r.startswith("setuptools") else r) for r in torch["build_requires"]]
@@ -387,6 +387,8 @@ def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_ea
     jit["build_requires"] = [r for r in jit["build_requires"] if r != "nvidia-nvshmem-cu12"]
     for name in ("flashinfer", "flashinfer_jit_cache"):
         by_name(broken["specs"], name)["source"]["ref"] = "v0.6.2"
+    kernel = by_name(broken["specs"], "sgl_kernel")
+    kernel["env"]["CMAKE_ARGS"] += " -DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.6/bin/nvcc"
     specs_json = tmp_path / "broken.json"
     specs_json.write_text(json.dumps(broken))
     proc = subprocess.run(
@@ -403,6 +405,8 @@ def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_ea
         "FAIL upstream build-requires flashinfer_jit_cache",
         "FAIL upstream version flashinfer",
         "FAIL upstream version flashinfer_jit_cache",
+        "FAIL arch lists",
+        "FAIL stand-in sgl_kernel",
     }, "\n".join(failed.values())
     assert (
         "torch: build_requires setuptools>=70.1.0 admits setuptools 80.0, which the upstream bound setuptools>=70.1.0,<80.0 of "
@@ -415,8 +419,15 @@ def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_ea
             f"{name}: source ref v0.6.2 builds version 0.6.2 (flashinfer-ai/flashinfer v0.6.2 version.txt), the stack needs 0.6.3"
             in failed[f"FAIL upstream version {name}"]
         )
+    cmake = "-DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.6/bin/nvcc"
+    assert (
+        f"sm_120a when CUDA_VERSION >= 12.8 (found 12.6, {cmake}) or SGL_KERNEL_ENABLE_SM100A is ON (found unset, option() default OFF)"
+        in failed["FAIL arch lists"]
+    )
+    assert "sgl_kernel/spatial_ops.abi3.so: expected sm_120 or sm_120a or sm_120f, found sm_90a" in failed["FAIL stand-in sgl_kernel"]
+    assert f"{cmake}' on CUDA 12.6 gives sm_90, sm_90a" in failed["FAIL stand-in sgl_kernel"]
     # torch's build requirements FAIL instead of UNCHECKED: one unchecked fewer than the production run
-    assert re.fullmatch(r"\d+ passed, 4 failed, 9 unchecked", lines[-1]), lines[-1]
+    assert re.fullmatch(r"\d+ passed, 6 failed, 9 unchecked", lines[-1]), lines[-1]
 
 
 def test_release_evidence_copied_from_build_records_fails(tmp_path: Path) -> None:

@@ -367,6 +367,34 @@ def test_sgl_kernel_options_cannot_turn_sm120_off_on_cuda13(specs: list[dict[str
 
 
 @pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (
+            PRODUCTION_CMAKE_ARGS + " -DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.6/bin/nvcc",
+            "-DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.6/bin/nvcc",
+        ),
+        ("-DCUDAToolkit_ROOT:PATH=/opt/cuda-12.4 -DENABLE_BELOW_SM90=OFF", "-DCUDAToolkit_ROOT=/opt/cuda-12.4"),
+    ],
+)
+def test_sgl_kernel_cmake_args_naming_an_older_toolkit_fail_on_the_cuda13_stack(specs: list[dict[str, Any]], args: str, where: str) -> None:
+    """The defect of issue 23 on the real stack: CMAKE_ARGS that point sgl-kernel's CMake at a CUDA below 12.8
+    (and do not turn SGL_KERNEL_ENABLE_SM100A on) give no SM120 code even though the stack is CUDA 13.0.1."""
+    kernel = by_name(specs, "sgl_kernel")
+    kernel["env"]["CMAKE_ARGS"] = args
+    detail = fails(check_arch_lists, specs, FACTS, "12.0", "13.0.1")
+    version = where.rsplit("cuda-", 1)[1].split("/")[0]
+    assert f"sgl_kernel: env CMAKE_ARGS={args!r} on CUDA {version} gives " in detail
+    assert f"sm_120a when CUDA_VERSION >= 12.8 (found {version}, {where})" in detail
+    assert arch_target(kernel, FACTS, cuda_version="13.0.1") != "sm_120a"
+    kernel["env"]["CMAKE_ARGS"] = "-DCMAKE_CUDA_COMPILER=/usr/local/cuda-13.0/bin/nvcc"
+    assert run_check("13", check_arch_lists, specs, FACTS, "12.0", "13.0.1").ok
+    kernel["env"]["CMAKE_ARGS"] = "-DCMAKE_CUDA_COMPILER=/opt/nvcc"
+    assert "points the build at a CUDA toolkit whose version cannot be read from its path" in fails(
+        check_arch_lists, specs, FACTS, "12.0", "13.0.1"
+    )
+
+
+@pytest.mark.parametrize(
     ("args", "named"),
     [
         ("-DSGL_KERNEL_COMPILE_THREADS=4 '-DENABLE_BELOW_SM90=OFF", "cannot be split as the build splits it (shlex): No closing quotation"),
