@@ -13,7 +13,7 @@ python=${PYTHON:-$root/.venv/bin/python}
 cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
 dest="$cache/real-wheels"
 mkdir -p "$dest"
-grep -v '^\s*#' "$root/tests/data/real-wheels.txt" | grep . | while read -r requirement sha256; do
+grep -v '^\s*#' "$root/tests/data/real-wheels.txt" | grep . | while read -r requirement sha256 platform; do
     name=${requirement%%==*}
     version=${requirement#*==}
     pattern="$(echo "$name" | tr '-' '_')-$version-*.whl"
@@ -23,7 +23,8 @@ grep -v '^\s*#' "$root/tests/data/real-wheels.txt" | grep . | while read -r requ
         echo "real-wheels: downloading $requirement"
         rm -f "$dest"/$pattern
         "$python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --python-version 3.11 \
+            $(if [ -n "${platform:-}" ]; then echo "--platform $platform"; else echo "--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64"; fi) \
+            --python-version 3.11 \
             -d "$dest" "$requirement"
         wheel=$(ls "$dest"/$pattern | head -n1)
         got=$(sha256sum "$wheel" | cut -d' ' -f1)

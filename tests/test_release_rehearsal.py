@@ -313,10 +313,7 @@ def _real_torchvision() -> Path:
         found = sorted(directory.glob("torchvision-0.24.1-cp*-manylinux*.whl"))
         if found:
             return found[0]
-    pytest.skip(
-        "no PyPI torchvision 0.24.1 wheel under .cache/real-wheels/closure-0.5.9 (fetch it with "
-        "`pip download --no-deps --only-binary=:all: -d .cache/real-wheels/closure-0.5.9 torchvision==0.24.1`)"
-    )
+    pytest.skip("no PyPI torchvision 0.24.1 wheel under .cache/real-wheels (make wheelhouse fetches it: tests/data/real-wheels.txt)")
 
 
 def test_the_index_cuda12_torchvision_in_the_release_fails_the_release_check_naming_it(tmp_path: Path) -> None:
