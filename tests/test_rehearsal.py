@@ -59,6 +59,17 @@ PROBE = ROOT / "tests/fixtures/sm120-probe/probe.cu"
 BACKEND = ROOT / "tests/fixtures/rehearsal-standins/standin_backend.py"
 
 
+def run_reduced(rendered: dict[str, Any], specs_json: Path) -> subprocess.CompletedProcess[str]:
+    """`scripts/rehearsal.py --reduced` on `rendered` specs (written to `specs_json`)."""
+    specs_json.write_text(json.dumps(rendered))
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def fails(check: Any, *args: Any) -> str:
     outcome = run_check("x", check, *args)
     assert not outcome.ok, outcome.line()
@@ -389,14 +400,7 @@ def test_reduced_rehearsal_with_the_defects_of_issue_23_put_back_fails_naming_ea
         by_name(broken["specs"], name)["source"]["ref"] = "v0.6.2"
     kernel = by_name(broken["specs"], "sgl_kernel")
     kernel["env"]["CMAKE_ARGS"] += " -DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.6/bin/nvcc"
-    specs_json = tmp_path / "broken.json"
-    specs_json.write_text(json.dumps(broken))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_reduced(broken, tmp_path / "broken.json")
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     failed = {line.split(":")[0]: line for line in lines if line.startswith("FAIL ")}
@@ -449,14 +453,7 @@ def test_release_evidence_copied_from_build_records_fails(tmp_path: Path) -> Non
 
 
 def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path: Path) -> None:
-    specs_json = tmp_path / "rendered.json"
-    specs_json.write_text(json.dumps(rendered))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_reduced(rendered, tmp_path / "rendered.json")
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.fullmatch(r"\d+ passed, 0 failed, 10 unchecked", lines[-1]), lines[-1]
@@ -474,12 +471,6 @@ def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path:
         assert any(line.startswith(f"PASS stand-in {name}: ") for line in lines), name
     broken = copy.deepcopy(rendered)
     by_name(broken["specs"], "torch")["pins"] = []
-    specs_json.write_text(json.dumps(broken))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/rehearsal.py"), "--reduced", "--specs-json", str(specs_json)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_reduced(broken, tmp_path / "rendered.json")
     assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(" passed, 1 failed, 10 unchecked")
     assert "FAIL facts triton-pin: torch: pins expected to hold triton==3.5.1, found []" in proc.stdout
