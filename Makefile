@@ -8,8 +8,8 @@ PYTHON ?= python3
 INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
 ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
-# Longest first, dealt to two parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
-SCENARIO_ORDER := service upgrade ssh build patches default cuda_apt
+# Longest first, dealt to parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
+SCENARIO_ORDER := service upgrade build ssh patches default cuda_apt
 SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 
@@ -82,8 +82,8 @@ pytest: venv wheelhouse sglang-wheels sglang-runtime
 molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
-# make test: lint first (seconds), then pytest as one more job of the two molecule lanes, second in
-# the queue, so it runs beside the longest scenario instead of before all of them.
+# make test: lint first (seconds), then pytest as one more job of the molecule lanes, second in the
+# queue, so it runs beside the longest scenario instead of before all of them.
 test: lint venv images wheelhouse fixtures sglang-wheels sglang-runtime
 	scripts/molecule-lanes.sh $(firstword $(SCENARIOS)) pytest $(wordlist 2,$(words $(SCENARIOS)),$(SCENARIOS))
 
