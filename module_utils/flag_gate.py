@@ -485,7 +485,7 @@ def check_flag_sets(
         verdicts: list[Verdict] = []
         summary = None
         if complete or catalogue_when_partial:
-            verdicts, summary = _catalogue(release, entries, fs, p, resolved)
+            verdicts, summary = _catalogue(release, entries, fs, p, resolved, results[i].get("sglang_reserve") if complete else None)
         out.append(
             GateReport(
                 label=fs.label,
@@ -595,6 +595,7 @@ def _complete(
         "device": result["device"],
         "log": result["log"],
         "env_set_by_sglang": result["env_set_by_sglang"],
+        "sglang_reserve": result.get("sglang_reserve"),
         "seconds": result["seconds"],
         **{k: meta.get(k) for k in ("sglang_version", "sglang_dir", "python", "import_seconds")},
     }
@@ -616,9 +617,16 @@ def _partial(release: _Release, flag_set: FlagSet, python: Optional[str], python
 
 
 def _catalogue(
-    release: _Release, entries: Sequence[Entry], flag_set: FlagSet, prepared: _Prepared, resolved: Optional[dict[str, Any]]
+    release: _Release,
+    entries: Sequence[Entry],
+    flag_set: FlagSet,
+    prepared: _Prepared,
+    resolved: Optional[dict[str, Any]],
+    reserve: Optional[Mapping[str, Any]] = None,
 ) -> tuple[list[Verdict], dict[str, Any]]:
-    """Every catalogue entry's verdict on the values SGLang resolved (else the typed flags), and the summary."""
+    """Every catalogue entry's verdict on the values SGLang resolved (else the typed flags), and the
+    summary. ``reserve``: SGLang's own --mem-fraction-static for these flags without the operator's
+    (server_args_check), where the flag was given and SGLang's ServerArgs ran."""
     ctx = Context(
         flags=prepared.typed,
         env=dict(flag_set.env),
@@ -634,6 +642,8 @@ def _catalogue(
         aliases=release.aliases,
         resolved=resolved,
         resolved_by=f"SGLang {release.version}'s ServerArgs",
+        sglang_auto_fraction=(reserve or {}).get("auto_mem_fraction_static"),
+        sglang_auto_unknown=str((reserve or {}).get("unknown") or ""),
     )
     verdicts = evaluate(entries, ctx)
     counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in ("refused", "warning", "unknown", "ok", "n/a")}

@@ -495,7 +495,7 @@ class Checker:
         return out
 
     # -- one check -----------------------------------------------------------------------------
-    def check(self, request: CheckRequest) -> dict[str, Any]:
+    def check(self, request: CheckRequest, reserve: bool = True) -> dict[str, Any]:
         argv = list(request.argv)
         if request.model:
             _require_config_dir(request.model, "model")
@@ -585,6 +585,7 @@ class Checker:
             result["warnings"] = [_warning(c) for c in changes if c["kind"] == "rewritten" or c["field"] in WATCHED_FIELDS]
             result["resolved"] = {f: _jsonable(self._resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
             result["values"] = {f.name: _jsonable(self._resolved(server_args, f.name)) for f in self.record_fields(type(server_args))}
+            reserve = reserve and "mem_fraction_static" in given
         finally:
             sglang_logger.removeHandler(capture)
             sglang_logger.setLevel(old_level)
@@ -595,7 +596,24 @@ class Checker:
         result["abbreviations"] = self._abbreviations(parsed_argv[0] if parsed_argv else argv)
         result["log"] = capture.lines
         result["seconds"] = round(time.monotonic() - started, 3)
+        if reserve and result["verdict"] == "ok":
+            # after this check's environment and log capture are put back: a second resolution
+            reserve_argv = _without_option(request.argv, "--mem-fraction-static")
+            result["sglang_reserve"] = (
+                self._reserve(dataclasses.replace(request, argv=reserve_argv))
+                if reserve_argv is not None
+                else {"unknown": "--mem-fraction-static is not on the command line (given in --config): SGLang's own choice not computed"}
+            )
         return result
+
+    def _reserve(self, request: CheckRequest) -> dict[str, Any]:
+        """What SGLang itself keeps outside --mem-fraction-static (activations, CUDA graphs, the draft)
+        for these flags and this device: the fraction it resolves when the flag is left out, by its
+        own heuristic for that release (0.5.9: ServerArgs._handle_gpu_memory_settings)."""
+        auto = self.check(request, reserve=False)
+        if auto["verdict"] != "ok":
+            return {"unknown": f"SGLang refused the flags without --mem-fraction-static: {auto['error']['message']}"}
+        return {"auto_mem_fraction_static": auto["resolved"].get("mem_fraction_static")}
 
     def _changes(self, before: Mapping[str, Any], server_args: Any, given: set[str]) -> list[dict[str, Any]]:
         defaults = {f.name: _field_default(f) for f in self.record_fields(type(server_args))}
@@ -629,6 +647,23 @@ class Checker:
         if self.overrides is not None:
             return self.overrides.resolution_result(server_args, name)
         return getattr(server_args, name, None)
+
+
+def _without_option(argv: Sequence[str], option: str) -> Optional[list[str]]:
+    """argv without ``option`` and its value (``--opt V`` or ``--opt=V``); None when it is not there."""
+    out: list[str] = []
+    found = False
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            found, skip = True, True
+        elif arg.startswith(option + "="):
+            found = True
+        else:
+            out.append(arg)
+    return out if found else None
 
 
 def _warning(change: Mapping[str, Any]) -> str:

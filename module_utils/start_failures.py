@@ -82,7 +82,7 @@ CONDITIONS = {
     "host": ("is", "in", "lt"),
     "check": (),
 }
-CHECKS = ("memory",)
+CHECKS = ("memory", "memory_reserve")
 # Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
 # the facts of module_utils/host_facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable).
@@ -580,6 +580,10 @@ class Context:
     # the flags as typed.
     resolved: Optional[dict[str, Any]] = None
     resolved_by: str = "SGLang's ServerArgs"  # who resolved them, for the evidence
+    # SGLang's own --mem-fraction-static for these flags without the operator's (its reserve for
+    # activations, CUDA graphs and the draft), where its ServerArgs ran and the flag was given.
+    sglang_auto_fraction: Optional[float] = None
+    sglang_auto_unknown: str = ""  # why it was not computed, where that was tried
 
     def flag(self, name: str) -> tuple[bool, Any]:
         """(set, value) of a flag named as the catalogue names it (any of SGLang's names): the value
@@ -854,6 +858,34 @@ def memory_check(entry: Entry, ctx: Context) -> Result:
     return False, text + f"{(budget - weights) / GIB:.1f} GiB left for the KV cache"
 
 
+def memory_reserve_check(entry: Entry, ctx: Context) -> Result:
+    """An explicit --mem-fraction-static against the fraction SGLang picks itself for the same flags
+    and device: above it, less stays outside the static pool than SGLang's own heuristic keeps for
+    activations (chunked prefill), CUDA graphs (cuda-graph-max-bs) and the draft."""
+    name = "mem-fraction-static"
+    if ctx.aliases.get(name, name) not in ctx.flags:
+        return False, "--mem-fraction-static not given: SGLang sizes its own reserve for activations and CUDA graphs"
+    if ctx.sglang_auto_fraction is None:
+        return None, ctx.sglang_auto_unknown or (
+            "SGLang's own reserve for these flags is known only where its ServerArgs ran (bin/sglang-flags with the release's runtime)"
+        )
+    _, raw = ctx.flag(name)
+    try:
+        fraction = float(raw)
+    except (TypeError, ValueError):
+        return None, f"--mem-fraction-static {raw!r} is not a number"
+    auto = float(ctx.sglang_auto_fraction)
+    gpu_mib = ctx.host.memory_mib if ctx.host is not None else None
+    sizes = ""
+    if gpu_mib:
+        sizes = f" ({(1 - fraction) * gpu_mib / 1024:.1f} GiB against {(1 - auto) * gpu_mib / 1024:.1f} GiB of {gpu_mib} MiB)"
+    text = (
+        f"--mem-fraction-static {_shown(fraction)} leaves {1 - fraction:.3f} of each GPU outside the static pool; SGLang {ctx.version} "
+        f"picks {_shown(auto)} itself for these flags, keeping {1 - auto:.3f} for activations, CUDA graphs and the draft{sizes}"
+    )
+    return fraction > auto + 1e-9, text
+
+
 def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
     if "flags" in cond:
         return _flag_condition(cond, ctx)
@@ -870,6 +902,8 @@ def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
         return _model_condition("draft", cond, ctx)
     if "host" in cond:
         return _host_condition(cond, ctx)
+    if cond.get("check") == "memory_reserve":
+        return memory_reserve_check(entry, ctx)
     return memory_check(entry, ctx)
 
 

@@ -113,8 +113,15 @@ def report(kimi_with_code: Path, tmp_path_factory: pytest.TempPathFactory) -> di
         # Flags from SGLang's --config file count as given (the toolkit's API keys come that way).
         {"label": "config-file", "argv": [*eagle, "--speculative-num-steps", "3", "--config", str(config_file)]},
         {"label": "bad-choice", "argv": ["--model-path", str(kimi), "--attention-backend", "no_such_backend"]},
+        # An explicit --mem-fraction-static: the check also resolves the flags without it (SGLang's own
+        # choice, its reserve for activations, CUDA graphs and the draft), to compare with fraction-auto.
+        {"label": "fraction-given", "argv": [*eagle, *STEPS_3_1_4, "--mem-fraction-static=0.95"]},
+        {"label": "fraction-auto", "argv": [*eagle, *STEPS_3_1_4]},
     ]
     return server_args_check.run_checks(PYTHON, TREE, SM120, checks, timeout=240)
+
+
+STEPS_3_1_4 = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
 
 def result(report: dict[str, Any], label: str) -> dict[str, Any]:
@@ -136,6 +143,28 @@ def test_the_real_sglang_was_checked(report: dict[str, Any]) -> None:
     # the times are reported (speed goals belong in make bench, not here)
     assert isinstance(report["import_seconds"], float) and report["import_seconds"] > 0
     assert all(isinstance(res["seconds"], float) for res in report["results"])
+
+
+@needs_runtime
+def test_a_given_fraction_comes_with_sglangs_own_choice_for_the_same_flags(report: dict[str, Any]) -> None:
+    given, auto = result(report, "fraction-given"), result(report, "fraction-auto")
+    assert given["verdict"] == auto["verdict"] == "ok"
+    assert given["resolved"]["mem_fraction_static"] == 0.95
+    chosen = auto["resolved"]["mem_fraction_static"]
+    assert given["sglang_reserve"] == {"auto_mem_fraction_static": chosen}
+    # 0.5.9 on 97887 MiB with an EAGLE draft: at most (97887 - 10240 - 2048) / 97887, lowered for a multimodal model
+    assert 0.5 < chosen <= round((97887 - 12288) / 97887, 3), chosen
+    assert "sglang_reserve" not in auto
+    # the second resolution's log stays out of the check's own
+    assert len(given["log"]) == len(auto["log"]), (given["log"], auto["log"])
+
+
+def test_the_fraction_is_taken_out_of_the_command_line_in_both_spellings() -> None:
+    without = server_args_check._without_option
+    argv = ["--tp-size", "8", "--mem-fraction-static", "0.9", "--port", "1"]
+    assert without(argv, "--mem-fraction-static") == ["--tp-size", "8", "--port", "1"]
+    assert without(["--mem-fraction-static=0.9", "--tp-size", "8"], "--mem-fraction-static") == ["--tp-size", "8"]
+    assert without(["--tp-size", "8", "--config", "server.yaml"], "--mem-fraction-static") is None
 
 
 @needs_runtime

@@ -405,6 +405,13 @@ def test_0_5_23_deprecated_switches_are_accepted(gate_0523: dict[str, GateReport
     assert "--attn-dp-size 8" in report.chosen
     assert any("'--enable-dp-attention' is deprecated" in line for line in report.server_args["log"])
     assert any("'--disable-cuda-graph' is deprecated" in line for line in report.server_args["log"])
+    # 0.85 given: with DP attention SGLang itself would keep more outside the static pool (a warning)
+    chosen = report.server_args["sglang_reserve"]["auto_mem_fraction_static"]
+    assert 0.5 < chosen < 0.85, report.server_args["sglang_reserve"]
+    reserve = [v for v in report.verdicts if v.id == "static-fraction-above-sglang-reserve"]
+    assert [v.verdict for v in reserve] == ["warning"]
+    expected = f"--mem-fraction-static 0.85 leaves 0.150 of each GPU outside the static pool; SGLang 0.5.23 picks {chosen:.4g} itself"
+    assert expected in reserve[0].text()
 
 
 @needs_runtime_0523

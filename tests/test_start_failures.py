@@ -162,6 +162,12 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--tp-size", "8"], model=model, host=host8), "ok"),
             "outside": None,
         },
+        # sglang_auto_fraction: what server_args_check's second resolution without the flag found
+        "static-fraction-above-sglang-reserve": {
+            "hit": (dict(argv=["--mem-fraction-static", "0.9"], host=host8, sglang_auto_fraction=0.827), "warning"),
+            "miss": (dict(argv=["--mem-fraction-static=0.8"], host=host8, sglang_auto_fraction=0.827), "ok"),
+            "outside": None,
+        },
         "jit-all-reduce-on-pcie": {
             "hit": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.11"), "refused"),
             "miss": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, host=host8, version="0.5.11"), "ok"),
@@ -291,6 +297,22 @@ def test_entry_triggered_and_not(entry_id: str, table: dict[str, dict[str, Any]]
     if outside is not None:
         out = verdict(entry_id, context(aliases, **outside))
         assert out.verdict == "n/a" and f"is outside {entry.range_text}" in out.evidence[0], out.text()
+
+
+def test_sglangs_own_reserve_is_named_and_unknown_without_its_serverargs(aliases: dict[str, str], host8: HostFacts) -> None:
+    entry = "static-fraction-above-sglang-reserve"
+    hit = verdict(entry, context(aliases, ["--mem-fraction-static", "0.9"], host=host8, sglang_auto_fraction=0.827))
+    gpu_mib = host8.memory_mib
+    assert gpu_mib
+    assert "--mem-fraction-static 0.9 leaves 0.100 of each GPU outside the static pool; SGLang 0.5.9 picks 0.827 itself" in hit.text()
+    assert f"({0.1 * gpu_mib / 1024:.1f} GiB against {0.173 * gpu_mib / 1024:.1f} GiB of {gpu_mib} MiB)" in hit.text()
+    # typed but no ServerArgs ran (the deploy's gate, the static table): unknown, never ok
+    typed = verdict(entry, context(aliases, ["--mem-fraction-static", "0.9"], host=host8))
+    assert typed.verdict == "unknown" and "known only where its ServerArgs ran" in typed.text()
+    given_in_config = verdict(entry, context(aliases, ["--mem-fraction-static", "0.9"], sglang_auto_unknown="given in --config"))
+    assert given_in_config.verdict == "unknown" and "given in --config" in given_in_config.text()
+    # not given: SGLang picks its own reserve
+    assert verdict(entry, context(aliases, ["--tp-size", "8"])).verdict == "ok"
 
 
 def test_absent_facts_are_unknown_never_ok(aliases: dict[str, str], kimi: Path) -> None:
