@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run molecule scenarios in MOLECULE_LANES parallel lanes (default 3), each lane one scenario after another.
 # A scenario spends much of its time waiting on containers, SSH, systemd and the stand-in server (with
-# pipelining a task costs one `docker exec`), so three lanes use a 2-core machine better than two. The job `pytest` runs the unit tests (pytest tests) in a lane like a
-# scenario (make test). Every line is prefixed with its job; each job's time is printed at the end.
-# Exits non-zero when any job failed (the other lane still finishes).
+# pipelining a task costs one `docker exec`), so three lanes use a 2-core machine better than two.
+# The job `pytest` runs the unit tests (pytest tests) in a lane like a scenario (make test). Every
+# line is prefixed with its job; each job's time is printed at the end.
+# Exits non-zero when any job failed (the other lanes still finish).
 #   scripts/molecule-lanes.sh SCENARIO|pytest...
 set -uo pipefail
 lanes=${MOLECULE_LANES:-3}
