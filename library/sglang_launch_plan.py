@@ -101,6 +101,10 @@ options:
     description: The catalogue of known start failures (files/start-failures.yml, parsed); empty runs no start gate.
     type: dict
     default: {}
+  start_failures_skipped:
+    description: Why O(start_failures) is empty, said in the plan's C(start_gate.summary) after C(not run).
+    type: str
+    default: ""
   model_files:
     description:
       - The config files of a model path the flags name, given instead of that directory, path ->
@@ -202,12 +206,10 @@ plan:
         verdicts: []
 """
 
-import json
-import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, manifest_digest, planned_patches
+from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, manifest_digest, planned_patches, write_model_files
 from ansible.module_utils.server_flags import FlagError
 
 
@@ -232,6 +234,7 @@ def main() -> None:
             pythonpath=dict(type="list", elements="path", default=[]),
             cache=dict(type="path"),
             start_failures=dict(type="dict", default={}),
+            start_failures_skipped=dict(type="str", default=""),
             model_files=dict(type="dict", default={}),
             host_facts=dict(type="path"),
         ),
@@ -239,16 +242,10 @@ def main() -> None:
     )
     p = module.params
     with tempfile.TemporaryDirectory(prefix="sglang-model-configs-") as scratch:
-        model_dirs = {}
-        for number, (path, files) in enumerate(sorted(p["model_files"].items())):
-            directory = os.path.join(scratch, str(number))
-            os.mkdir(directory)
-            for name, content in (files or {}).items():
-                if os.sep in str(name) or str(name) in ("", ".", ".."):
-                    module.fail_json(msg=f"model_files[{path!r}]: {name!r} is not a file name")
-                with open(os.path.join(directory, str(name)), "w", encoding="utf-8") as handle:
-                    handle.write(content if isinstance(content, str) else json.dumps(content))
-            model_dirs[str(path)] = directory
+        try:
+            model_dirs = write_model_files(scratch, p["model_files"])
+        except LaunchPlanError as exc:
+            module.fail_json(msg=str(exc))
         plan_or_fail(module, p, model_dirs)
 
 
@@ -275,6 +272,7 @@ def plan_or_fail(module: AnsibleModule, p: dict, model_dirs: dict) -> None:
             catalogue=p["start_failures"],
             model_dirs=model_dirs,
             host_facts=p["host_facts"],
+            gate_skipped=p["start_failures_skipped"],
         )
     except (LaunchPlanError, FlagError) as exc:
         module.fail_json(msg=str(exc))

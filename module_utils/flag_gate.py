@@ -31,18 +31,25 @@ Plain Python, no Ansible imports; bin/sglang-flags and the tests drive it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import shutil
 import subprocess
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from server_args_check import DEFAULT_GPU_NAME, WATCHED_FIELDS, CheckRunError, run_checks
+from launch_plan import _read_verdict, _shown, _verify_key, _write_verdict
+from server_args_check import (
+    DEFAULT_CAPABILITY,
+    WATCHED_FIELDS,
+    CheckRunError,
+    device_for,
+    refusal_text,
+    resolved_flags,
+    rewrite_text,
+    run_checks,
+)
 from start_failures import (
     CATALOGUE,
     Context,
@@ -68,17 +75,23 @@ from flag_rules import (
     profile_from_argv,
     static_values,
 )
-from server_flags import Flag, FlagError, _lookup, package_dir, read_server_args, read_sources, release_flag_table, sglang_version
+from server_flags import (
+    Flag,
+    FlagError,
+    _lookup,
+    flashinfer_pin,
+    package_dir,
+    read_server_args,
+    read_sources,
+    release_flag_table,
+    sglang_version,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
-# The device shown to SGLang when no host facts are given: the target host (docs/domain-notes.md
-# "The target host": 8x RTX PRO 6000 Blackwell), 97887 MiB per GPU as nvidia-smi reports that card.
-TARGET_GPU_COUNT = 8
-TARGET_GPU_MEMORY_MIB = 97887
-DEFAULT_CAPABILITY = "12.0"
 # Today's parser check (the partial path) has always used the 0.5.9 runtime when no --python is given.
 PARSER_CHECK_RUNTIME = "0.5.9"
+META_KEYS = ("sglang_version", "sglang_dir", "python", "import_seconds", "field_flags")
 VERDICT_ORDER = {"refused": 0, "warning": 1, "unknown": 2, "ok": 3, "n/a": 4}
 
 
@@ -171,6 +184,8 @@ class GateReport:
         if self.server_args is not None:
             sa = self.server_args
             timing = f"check {sa['seconds']} s, SGLang imported in {sa['import_seconds']} s"
+            if sa.get("cached"):
+                timing = f"verdict read back from {_shown_path(CACHE / 'flag-gate' / 'verdicts')}: same inputs, SGLang not imported"
             if sa["verdict"] == "ok":
                 out.append(f"server args: accepted by SGLang {sa['sglang_version']}'s ServerArgs ({timing})")
             else:
@@ -211,53 +226,6 @@ def find_runtime(version: Optional[str], python: Optional[str] = None, cache: Pa
     )
 
 
-def flashinfer_pin(sglang: str | Path) -> Optional[str]:
-    """The flashinfer-python version the release's METADATA pins (``==``), which its venv holds."""
-    path = package_dir(sglang)
-    text = ""
-    try:
-        if path.is_file():
-            with zipfile.ZipFile(path) as archive:
-                names = [n for n in archive.namelist() if re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)]
-                text = archive.read(names[0]).decode("utf-8", "replace") if names else ""
-        else:
-            for info in sorted(path.resolve().parent.glob("sglang-*.dist-info")):
-                if (info / "METADATA").is_file():
-                    text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
-    except (OSError, zipfile.BadZipFile):
-        return None
-    # e.g. "Requires-Dist: flashinfer_python==0.6.3" (0.5.9), "flashinfer_python[cu13]==0.7.2" (0.5.23)
-    match = re.search(r"^Requires-Dist:\s*flashinfer[-_]python(?:\[[^\]]*\])?\s*==\s*([0-9][\w.]*)", text, re.MULTILINE | re.IGNORECASE)
-    return match.group(1) if match else None
-
-
-def device_for(
-    host: Optional[HostFacts], gpu_cc: Optional[str], flashinfer_version: Optional[str], version: Optional[str]
-) -> tuple[dict[str, Any], list[str]]:
-    """The device SGLang is shown (server_args_check.Device's keys) and where each fact came from."""
-    if gpu_cc:
-        capability, cap_from = gpu_cc, "--gpu-cc"
-    elif host is not None and host.capability:
-        capability, cap_from = host.capability, f"--host-facts {host.source}"
-    else:
-        capability, cap_from = DEFAULT_CAPABILITY, "the default"
-    capability = capability if "." in capability else f"{capability}.0"
-    if host is not None and host.gpus:
-        names = sorted({str(g["name"]) for g in host.gpus})
-        memory, count, name = host.memory_mib, len(host.gpus), names[0] if len(names) == 1 else DEFAULT_GPU_NAME
-        memory_from = f"{count} x {memory} MiB (the smallest GPU) {name}, from --host-facts {host.source}"
-    else:
-        memory, count = TARGET_GPU_MEMORY_MIB, TARGET_GPU_COUNT
-        name = DEFAULT_GPU_NAME if capability.startswith("12.") else f"a GPU of compute capability {capability}"
-        memory_from = f"{count} x {memory} MiB {name}, the target host's (give --host-facts for this host's)"
-    if flashinfer_version:
-        flashinfer_from = f"FlashInfer {flashinfer_version}, the version SGLang {version} pins (its METADATA)"
-    else:
-        flashinfer_from = "FlashInfer as the runtime environment has it (the release pins no version)"
-    device = {"capability": capability, "memory_mib": memory, "count": count, "name": name, "flashinfer_version": flashinfer_version}
-    return device, [f"compute capability {capability} ({cap_from})", memory_from, flashinfer_from]
-
-
 def release_root(sglang: str | Path) -> Path:
     """The directory holding the release's sglang/ package. A wheel is checked to be SGLang before it
     is unpacked (FlagError otherwise, nothing written), then unpacked once into the cache."""
@@ -266,51 +234,6 @@ def release_root(sglang: str | Path) -> Path:
     if path.is_file():
         return _unpacked(path)
     return path.resolve().parent
-
-
-def resolved_flags(values: Mapping[str, Any], field_flags: Mapping[str, str], aliases: Mapping[str, str]) -> dict[str, Any]:
-    """ServerArgs field values as the catalogue names flags: canonical flag name (no --) -> value."""
-    out: dict[str, Any] = {}
-    for name, option in field_flags.items():
-        if name in values:
-            flag = option.removeprefix("--")
-            out[aliases.get(flag, flag)] = values[name]
-    return out
-
-
-def refusal_text(result: Mapping[str, Any], version: Optional[str]) -> str:
-    """SGLang's refusal in one line: its exception, message and where it was raised."""
-    error = result["error"]
-    frame = error.get("sglang_frame")
-    if result["stage"] == "parse":  # argparse's own error line, raised through sys.exit in argparse.py
-        message = re.sub(r"^\S+: error: ", "", error["message"] or "")
-        text = f"SGLang {version}'s parser refuses the flags: {message}"
-        if frame:
-            text += f"; in SGLang at {frame['at']} in {frame['function']}: `{frame['source']}`"
-        return text
-    text = f"SGLang {version} refuses the flags ({result['stage']}): {error['type']}: {error['message'] or '(no message)'}"
-    if error.get("raised_at"):
-        text += f"; raised at {error['raised_at']}"
-        if error.get("function"):
-            text += f" in {error['function']}"
-        if error.get("source"):
-            text += f": `{error['source']}`"
-    if frame and frame.get("at") != error.get("raised_at"):
-        text += f"; SGLang's frame {frame['at']} in {frame['function']}: `{frame['source']}`"
-    return text
-
-
-def rewrite_text(change: Mapping[str, Any], log: Sequence[str], version: Optional[str]) -> str:
-    """A value SGLang rewrote: the flag, the value given, the value SGLang uses, and SGLang's own log line."""
-    flag = change["flag"] or change["field"]
-    text = (
-        f"{flag} {json.dumps(change['given'])}: SGLang {version} uses {json.dumps(change['resolved'])} instead "
-        f"({change['field']}, silently)"
-    )
-    said = [line for line in log if change["field"] in line or (change["flag"] and change["flag"] in line)]
-    if said:
-        text += f"; SGLang logs: {said[0]}"
-    return text
 
 
 @dataclass
@@ -467,7 +390,7 @@ def check_flag_sets(
         fusion_source=fusion_source,
         registry=registered_architectures(sglang) if any(p.draft_facts for p in prepared) else None,
     )
-    results, meta, why_not = _run_server_args(sglang, flag_sets, prepared, runtime, device, timeout)
+    results, meta, why_not = _run_server_args(sglang, flag_sets, prepared, runtime, device, timeout, cache / "flag-gate")
     # Today's parser check, for what SGLang's ServerArgs could not check: --python, the release's
     # runtime, else the 0.5.9 runtime (as before the gate), else the static table.
     parser_python = python or runtime.python
@@ -514,6 +437,7 @@ def _run_server_args(
     runtime: Runtime,
     device: Mapping[str, Any],
     timeout: float,
+    cache_dir: Optional[Path] = None,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any], dict[int, str]]:
     """SGLang's ServerArgs on every flag set whose model config is here, in one process:
     (index -> SGLang's result, the report's own facts, index -> why it did not run)."""
@@ -532,13 +456,32 @@ def _run_server_args(
         if p.substitute_draft:
             check["draft_model"] = str(fs.draft_model)
         checks.append(check)
-    try:
-        report = run_checks(runtime.python, release_root(sglang), device, checks, timeout=timeout)
-    except (CheckRunError, OSError, subprocess.SubprocessError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {}, {}, {**why_not, **{i: f"it could not be built under {runtime.python}: {first}" for i in runnable}}
-    meta = {k: report.get(k) for k in ("sglang_version", "sglang_dir", "python", "import_seconds", "field_flags")}
-    return dict(zip(runnable, report["results"])), meta, why_not
+    root = release_root(sglang)
+    # SGLang's accepted verdicts are kept per flag set, keyed by every input (launch_plan's key: the
+    # Python, the release's server_args.py and RECORD, flags, environment, device, the model config
+    # files by content, the checker's source): a check repeated on the same inputs imports nothing.
+    keys = {i: _verify_key(str(runtime.python), root / "sglang", check, device) for i, check in zip(runnable, checks)}
+    verdicts = cache_dir / "verdicts" if cache_dir is not None else None
+    found = {i: _read_verdict(verdicts, keys[i]) for i in runnable} if verdicts is not None else {}
+    results: dict[int, dict[str, Any]] = {}
+    meta: dict[str, Any] = {}
+    for i, cached in found.items():
+        if cached is not None:
+            results[i] = {**cached["results"][0], "cached": True}
+            meta = meta or {k: cached.get(k) for k in META_KEYS}
+    todo = [i for i in runnable if i not in results]
+    if todo:
+        try:
+            report = run_checks(runtime.python, root, device, [checks[runnable.index(i)] for i in todo], timeout=timeout)
+        except (CheckRunError, OSError, subprocess.SubprocessError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return {}, {}, {**why_not, **{i: f"it could not be built under {runtime.python}: {first}" for i in runnable}}
+        meta = {k: report.get(k) for k in META_KEYS}
+        for i, result in zip(todo, report["results"]):
+            results[i] = {**result, "cached": False}
+            if verdicts is not None and result["verdict"] == "ok":
+                _write_verdict(verdicts, keys[i], {**meta, "results": [result]})
+    return results, meta, why_not
 
 
 def _complete(
@@ -597,6 +540,7 @@ def _complete(
         "env_set_by_sglang": result["env_set_by_sglang"],
         "sglang_reserve": result.get("sglang_reserve"),
         "seconds": result["seconds"],
+        "cached": bool(result.get("cached")),
         **{k: meta.get(k) for k in ("sglang_version", "sglang_dir", "python", "import_seconds")},
     }
     return flags, resolved, chosen, server_args
@@ -663,11 +607,6 @@ def _catalogue(
         "summary": text,
     }
     return verdicts, summary
-
-
-def _shown(value: Any) -> str:
-    """A resolved value for the output: floats SGLang computed rounded (0.7523519433593749 -> 0.7524)."""
-    return f"{value:.4g}" if isinstance(value, float) else json.dumps(value)
 
 
 def _shown_path(path: Path) -> str:

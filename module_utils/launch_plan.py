@@ -13,10 +13,12 @@ library/sglang_launch_plan.py wraps it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -24,10 +26,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 try:  # as Ansible ships it (module_utils), or from the repository's module_utils on sys.path
-    from ansible.module_utils import flag_rules, server_flags, start_failures
+    from ansible.module_utils import flag_rules, server_args_check, server_flags, start_failures
     from ansible.module_utils.flag_rules import check_launch
     from ansible.module_utils.server_flags import exec_start_args
 except ImportError:  # pragma: no cover - exercised by pytest and bin/
+    import server_args_check  # type: ignore[no-redef]
     import start_failures  # type: ignore[no-redef]
 
     import flag_rules  # type: ignore[no-redef]
@@ -57,6 +60,10 @@ class LaunchPlan:
     # The start gate's outcome: summary (one line), counts per verdict, verdicts (id, verdict, text);
     # {"summary": "not run: ..."} when no catalogue was given.
     start_gate: dict[str, Any] = field(default_factory=dict)
+    # SGLang's own ServerArgs on the plan, in the venv of the release that will run it (verify_plan):
+    # {} until then; else verdict, python, sglang_version, device, device_from, rewritten, chosen,
+    # seconds, import_seconds, cached.
+    server_args: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,8 +147,10 @@ def make_plan(
     catalogue: Optional[Mapping[str, Any]] = None,
     model_dirs: Optional[Mapping[str, str]] = None,
     host_facts: Optional[str] = None,
+    gate_skipped: str = "",
 ) -> LaunchPlan:
     """Merge, check against the SGLang at ``sglang`` and return the plan; LaunchPlanError lists every refusal.
+    ``gate_skipped``: why no catalogue is given, for the plan's start-gate summary.
 
     With ``cache`` (a directory) and ``sglang`` a wheel file, a plan already checked for exactly
     these inputs (the wheel's sha256, the merged flags, environment, patches, Python, and the
@@ -153,7 +162,7 @@ def make_plan(
     key = _cache_key(sglang, flags, env, patches, model_class, gpu_major, launch_module, python, pythonpath) if cache else None
     cached = _read_cached(Path(cache), key) if cache and key else None
     if cached is not None:
-        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major)
+        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped)
     report = check_launch(
         sglang,
         profile=flags,
@@ -182,7 +191,24 @@ def make_plan(
     )
     if cache and key and write_cache:
         _write_cached(Path(cache), key, result)
-    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major)
+    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped)
+
+
+def write_model_files(scratch: str | Path, model_files: Mapping[str, Any]) -> dict[str, str]:
+    """The config files given for model paths the host does not hold (model path -> file name ->
+    content; the lab's config-only copies) written under ``scratch``, one directory per path:
+    model path -> that directory. LaunchPlanError for a name that is not a plain file name."""
+    model_dirs: dict[str, str] = {}
+    for number, (path, files) in enumerate(sorted(model_files.items())):
+        directory = Path(scratch) / str(number)
+        directory.mkdir()
+        for name, content in (files or {}).items():
+            if "/" in str(name) or os.sep in str(name) or str(name) in ("", ".", ".."):
+                raise LaunchPlanError(f"model_files[{path!r}]: {name!r} is not a file name")
+            text = content if isinstance(content, str) else json.dumps(content)
+            (directory / str(name)).write_text(text, encoding="utf-8")
+        model_dirs[str(path)] = str(directory)
+    return model_dirs
 
 
 MODEL_FLAGS = (("model-path", "model"), ("speculative-draft-model-path", "draft"))
@@ -195,18 +221,101 @@ def start_gate(
     model_dirs: Optional[Mapping[str, str]],
     host_facts: Optional[str],
     gpu_major: int,
+    *,
+    resolved: Optional[dict[str, Any]] = None,
+    resolved_by: str = "",
+    reserve: Optional[Mapping[str, Any]] = None,
+    aliases: Optional[Mapping[str, str]] = None,
+    skipped: str = "",
+    deep_gemm: Optional[Mapping[str, Any]] = None,
 ) -> LaunchPlan:
     """The plan with the start gate applied (never cached: the model directories and the host's facts
     are read every time). Refused entries raise LaunchPlanError naming each, with its fix; a model
     directory the flags name that cannot be read is refused naming the flag and the path. Facts that
-    are absent (no host-facts file) make the entries that need them ``unknown``, never a pass."""
+    are absent (no host-facts file) make the entries that need them ``unknown``, never a pass.
+
+    ``resolved`` (canonical flag name -> value, by ``resolved_by``): the values SGLang's own ServerArgs
+    resolved (verify_plan), which the entries read instead of the flags as typed; ``reserve``: its
+    own --mem-fraction-static for these flags without the operator's; ``deep_gemm``: whether
+    ``deep_gemm`` imports in the release's venv (server_args_check's probe), for a host-facts file
+    that does not say."""
     if not catalogue:
-        return replace(plan, start_gate={"summary": "not run: no catalogue given", "counts": {}, "verdicts": []})
+        return replace(plan, start_gate={"summary": f"not run: {skipped or 'no catalogue given'}", "counts": {}, "verdicts": []})
     try:
         entries = start_failures.parse_catalogue(catalogue, "files/start-failures.yml")
     except start_failures.CatalogueError as exc:
         raise LaunchPlanError(f"start gate: {exc}") from exc
-    flags = start_failures.parse_argv(plan.argv)
+    flags, facts, host, notes = _gate_facts(plan, model_dirs, host_facts, aliases)
+    host = _with_deep_gemm(host, deep_gemm)
+    capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
+    acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
+    ctx = start_failures.Context(
+        flags=flags,
+        env=dict(plan.env),
+        version=plan.sglang_version,
+        capability=capability,
+        model=facts.get("model"),
+        draft=facts.get("draft"),
+        host=host,
+        registry=start_failures.registered_architectures(sglang) if "draft" in facts else None,
+        planned_patches=list(plan.patches),
+        acknowledged=acknowledged,
+        aliases=dict(aliases or {}),
+        resolved=resolved,
+        resolved_by=resolved_by or "SGLang's ServerArgs",
+        sglang_auto_fraction=(reserve or {}).get("auto_mem_fraction_static"),
+        sglang_auto_unknown=str((reserve or {}).get("unknown") or ""),
+    )
+    verdicts = start_failures.evaluate(entries, ctx)
+    counts = {name: sum(1 for v in verdicts if v.verdict == name) for name in start_failures.VERDICTS}
+    summary = f"{len(verdicts)} known start failures checked (SGLang {plan.sglang_version}, capability {capability}): "
+    summary += ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f"; read from the {ctx.flag_source}"
+    if notes:
+        summary += "; " + "; ".join(notes)
+    refused = [v for v in verdicts if v.verdict == "refused"]
+    if refused:
+        raise LaunchPlanError(
+            f"the start gate refuses profile {plan.profile} ({summary}), nothing changed: " + " | ".join(v.text() for v in refused)
+        )
+    gate = {
+        "summary": summary,
+        "counts": counts,
+        "flag_values": "resolved" if resolved is not None else "typed",
+        "verdicts": [{"id": v.id, "verdict": v.verdict, "text": v.text()} for v in verdicts],
+    }
+    # a gate run again (verify_plan) replaces the warnings of the one before
+    kept = [w for w in plan.flag_warnings if not w.startswith(GATE_WARNING)]
+    warnings = [f"{GATE_WARNING}{v.text()}" for v in verdicts if v.verdict == "warning"]
+    return replace(plan, flag_warnings=[*kept, *warnings], start_gate=gate)
+
+
+GATE_WARNING = "start gate "
+
+
+def _with_deep_gemm(host: Any, probe: Optional[Mapping[str, Any]]) -> Any:
+    """The host's facts with ``deep_gemm_importable`` from the release venv's import probe where
+    the file does not say (a host without a facts file gets one holding only that)."""
+    if not probe or probe.get("deep_gemm_importable") is None:
+        return host
+    if host is None:
+        why = "no host-facts file given"
+        host = start_failures.HostFacts(source="(no host-facts file)", gpus=[], unknown={fact: why for fact in start_failures.HOST_FACTS})
+    if host.deep_gemm_importable is not None:
+        return host
+    return replace(
+        host,
+        deep_gemm_importable=bool(probe["deep_gemm_importable"]),
+        facts={**host.facts, "deep_gemm_importable_from": f"import probe in the release's venv: {probe.get('deep_gemm_note')}"},
+    )
+
+
+def _gate_facts(
+    plan: LaunchPlan, model_dirs: Optional[Mapping[str, str]], host_facts: Optional[str], aliases: Optional[Mapping[str, str]]
+) -> tuple[dict[str, Any], dict[str, Any], Any, list[str]]:
+    """What the gate reads besides the catalogue: (the flags as typed, the model / draft facts, the
+    host's facts or None, notes on what is absent). LaunchPlanError for a model directory the flags
+    name that cannot be read."""
+    flags = start_failures.parse_argv(plan.argv, aliases)
     facts: dict[str, Any] = {}
     notes: list[str] = []
     for flag, kind in MODEL_FLAGS:
@@ -230,39 +339,187 @@ def start_gate(
             notes.append(f"host facts not read ({exc}): the entries that need them are unknown; run playbooks/preflight.yml")
     else:
         notes.append("no host-facts file given: the entries that need the host's facts are unknown")
-    capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
-    acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
-    ctx = start_failures.Context(
-        flags=flags,
-        env=dict(plan.env),
-        version=plan.sglang_version,
-        capability=capability,
-        model=facts.get("model"),
-        draft=facts.get("draft"),
-        host=host,
-        registry=start_failures.registered_architectures(sglang) if "draft" in facts else None,
-        planned_patches=list(plan.patches),
-        acknowledged=acknowledged,
+    return flags, facts, host, notes
+
+
+def verify_plan(
+    plan: LaunchPlan | Mapping[str, Any],
+    *,
+    python: str,
+    sglang_dir: str | Path,
+    catalogue: Optional[Mapping[str, Any]],
+    model_dirs: Optional[Mapping[str, str]] = None,
+    host_facts: Optional[str] = None,
+    gpu_major: int = 12,
+    sglang_root: Optional[str | Path] = None,
+    cache: Optional[str | Path] = None,
+    write_cache: bool = True,
+    timeout: float = 600,
+) -> LaunchPlan:
+    """The plan checked by SGLang's own ServerArgs in the Python of the release that will run it (the
+    release's venv: ``python``, its sglang package at ``sglang_dir``), then the start gate again on
+    the values SGLang resolved. After the release is made and before anything starts.
+
+    SGLang is shown the device of the host's facts (capability, the smallest GPU's memory, GPU count;
+    else capability ``gpu_major``.0 on the target host's 8 GPUs) and FlashInfer at the version the
+    release pins; it reads the model and draft directories the flags name (or their config files as
+    given, ``model_dirs``). What SGLang refuses raises LaunchPlanError with its own message and
+    location, as does an SGLang that does not import in that Python (the server could not start
+    either); each value it rewrites is a flag warning naming the flag, the value given and the value
+    it uses. ``sglang_root``: a tree to put first on the path instead (tests).
+
+    With ``cache`` (a directory), SGLang's verdict for exactly these inputs (the Python, the release's
+    server_args.py and RECORD, the flags, environment, device, the model directories' config files
+    and this checker's source) is read back instead of computed again: importing SGLang takes tens of
+    seconds. The catalogue is evaluated every time."""
+    if not isinstance(plan, LaunchPlan):
+        plan = LaunchPlan(**{f.name: plan[f.name] for f in fields(LaunchPlan) if f.name in plan})
+    package = Path(sglang_dir)
+    flags, _, host, _ = _gate_facts(plan, model_dirs, host_facts, None)
+    version = plan.sglang_version
+    gpu_cc = None if host is not None and host.capability else f"{gpu_major}.0"
+    device, device_from = server_args_check.device_for(
+        host, gpu_cc, server_flags.flashinfer_pin(package), version, "sglang_launch_gpu_major", "the host-facts file"
     )
-    verdicts = start_failures.evaluate(entries, ctx)
-    counts = {name: sum(1 for v in verdicts if v.verdict == name) for name in start_failures.VERDICTS}
-    summary = f"{len(verdicts)} known start failures checked (SGLang {plan.sglang_version}, capability {capability}): " + ", ".join(
-        f"{n} {name}" for name, n in counts.items() if n
-    )
-    if notes:
-        summary += "; " + "; ".join(notes)
-    refused = [v for v in verdicts if v.verdict == "refused"]
-    if refused:
+    check: dict[str, Any] = {"argv": list(plan.argv), "env": dict(plan.env), "label": plan.profile}
+    host_paths: dict[str, str] = {}
+    for flag, key in (("model-path", "model"), ("speculative-draft-model-path", "draft_model")):
+        value = flags.get(flag)
+        if isinstance(value, str) and value in (model_dirs or {}):
+            check[key] = str((model_dirs or {})[value])
+            host_paths[check[key]] = value
+    key = _verify_key(python, package, check, device) if cache else None
+    cached = _read_verdict(Path(cache), key) if cache and key else None
+    report = cached
+    if report is None:
+        try:
+            report = server_args_check.run_checks(python, sglang_root, device, [check], timeout=timeout)
+        except (server_args_check.CheckRunError, OSError, subprocess.SubprocessError) as exc:
+            raise LaunchPlanError(
+                f"SGLang's own check of profile {plan.profile} could not run in the release's Python ({python}): {exc}; "
+                "SGLang's server would not start in it either; nothing started"
+            ) from exc
+        if cache and key and write_cache and report["results"][0]["verdict"] == "ok":
+            _write_verdict(Path(cache), key, report)
+    result = report["results"][0]
+    sglang_version = report.get("sglang_version") or version
+    where = f"in the release's venv ({python})"
+    if result["verdict"] != "ok":
         raise LaunchPlanError(
-            f"the start gate refuses profile {plan.profile} ({summary}), nothing changed: " + " | ".join(v.text() for v in refused)
+            f"SGLang {sglang_version}'s own ServerArgs refuses profile {plan.profile} {where}, nothing started: "
+            + server_args_check.refusal_text(result, sglang_version)
         )
-    gate = {
-        "summary": summary,
-        "counts": counts,
-        "verdicts": [{"id": v.id, "verdict": v.verdict, "text": v.text()} for v in verdicts],
+    try:
+        aliases = {name: flag.name for name, flag in server_flags._lookup(server_flags.release_flag_table(package)).items()}
+    except server_flags.FlagError:
+        aliases = {}
+    values = {k: host_paths.get(v, v) if isinstance(v, str) else v for k, v in result["values"].items()}
+    resolved = server_args_check.resolved_flags(values, report.get("field_flags") or {}, aliases)
+    rewritten = [server_args_check.rewrite_text(c, result["log"], sglang_version) for c in result["changes"] if c["kind"] == "rewritten"]
+    chosen = [
+        f"{c['flag'] or c['field']} {_shown(values.get(c['field'], c['resolved']))}"
+        for c in result["changes"]
+        if c["kind"] == "chosen" and c["field"] in server_args_check.WATCHED_FIELDS
+    ]
+    checked = replace(
+        plan,
+        flag_warnings=[*plan.flag_warnings, *(f"SGLang's ServerArgs: {text}" for text in rewritten)],
+        server_args={
+            "verdict": "ok",
+            "python": python,
+            "sglang_version": sglang_version,
+            "device": device,
+            "device_from": device_from,
+            "rewritten": rewritten,
+            "chosen": chosen,
+            "seconds": result.get("seconds"),
+            "import_seconds": report.get("import_seconds"),
+            "cached": cached is not None,
+        },
+    )
+    return start_gate(
+        checked,
+        package,
+        catalogue,
+        model_dirs,
+        host_facts,
+        gpu_major,
+        resolved=resolved,
+        resolved_by=f"SGLang {sglang_version}'s ServerArgs {where}",
+        reserve=result.get("sglang_reserve"),
+        aliases=aliases,
+        deep_gemm=report.get("environment"),
+    )
+
+
+def _shown(value: Any) -> str:
+    """A resolved value for the output: floats SGLang computed rounded (0.7523519433593749 -> 0.7524)."""
+    return f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str)
+
+
+def _verify_key(python: str, package: Path, check: Mapping[str, Any], device: Mapping[str, Any]) -> str:
+    """A key over every input of SGLang's verdict (see verify_plan)."""
+
+    def stat(path: Path) -> Any:
+        try:
+            info = path.stat()
+            return [info.st_size, info.st_mtime_ns]
+        except OSError:
+            return None
+
+    def directory(path: str) -> dict[str, Any]:
+        # config files by content (a directory of them may be rewritten in place each run), weights by size and time
+        out: dict[str, Any] = {}
+        with contextlib.suppress(OSError):
+            for entry in sorted(Path(path).iterdir()):
+                if entry.is_file():
+                    small = entry.stat().st_size <= (1 << 20)
+                    out[entry.name] = hashlib.sha256(entry.read_bytes()).hexdigest() if small else stat(entry)
+        return out
+
+    # the directories by what they hold, not where: the lab's config files are written to a new
+    # temporary directory every run
+    flags = start_failures.parse_argv(check["argv"])
+    given = {
+        "model": check.get("model") or flags.get("model-path"),
+        "draft": check.get("draft_model") or flags.get("speculative-draft-model-path"),
     }
-    warnings = [f"start gate {v.text()}" for v in verdicts if v.verdict == "warning"]
-    return replace(plan, flag_warnings=[*plan.flag_warnings, *warnings], start_gate=gate)
+    dirs = {kind: directory(path) for kind, path in given.items() if isinstance(path, str)}
+    records = sorted(package.parent.glob("sglang-*.dist-info/RECORD"))
+    venv = Path(python).absolute().parent.parent
+    inputs = {
+        "python": python,
+        # the environment itself (a runtime rebuilt in a new store directory behind the same link)
+        "venv": [str(venv.resolve()), stat(venv / "pyvenv.cfg")],
+        "package": str(package),
+        "server_args": stat(package / "srt" / "server_args.py"),
+        "record": [str(r) for r in records] + [stat(r) for r in records],
+        "check": {k: v for k, v in check.items() if k not in ("model", "draft_model")},
+        "device": device,
+        "models": dirs,
+        "checker": hashlib.sha256(inspect.getsource(server_args_check).encode()).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_verdict(cache: Path, key: str) -> Optional[dict[str, Any]]:
+    try:
+        report = json.loads((cache / f"server-args-{key}.json").read_text(encoding="utf-8"))
+        return report if isinstance(report, dict) and isinstance(report.get("results"), list) and report["results"] else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_verdict(cache: Path, key: str, report: Mapping[str, Any]) -> None:
+    """Atomically; a failure to write only costs the next check."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".server-args-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(report, handle)
+        os.replace(tmp, cache / f"server-args-{key}.json")
+    except OSError:
+        pass
 
 
 def _cache_key(

@@ -71,6 +71,7 @@ import copy
 import dataclasses
 import functools
 import importlib
+import inspect
 import io
 import json
 import linecache
@@ -124,6 +125,10 @@ RESOLUTION_MODULES = (
     "sglang.srt.speculative.spec_info",
     "sglang.srt.configs.model_config",
 )
+
+
+# Temporary directories a check made, removed before the process ends (see the end of the file).
+_SCRATCH: list[str] = []
 
 
 class CheckUsageError(Exception):
@@ -204,28 +209,27 @@ class CheckRequest:
 
 def run_checks(
     python: str | Path,
-    sglang: str | Path,
+    sglang: Optional[str | Path],
     device: Mapping[str, Any],
     checks: Sequence[Mapping[str, Any]],
     timeout: float = 300,
 ) -> dict[str, Any]:
-    """Run this file under ``python`` with the SGLang tree ``sglang`` (the directory holding ``sglang/``)
-    on the flag sets ``checks`` (each ``{"argv": [...], "model": DIR, "draft_model": DIR, "env": {...},
-    "label": str}``) and return the parsed report (``{"results": [...], ...}``)."""
-    request = {"sglang": str(sglang), "device": dict(device), "checks": [dict(c) for c in checks]}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(request, handle)
-        path = handle.name
-    try:
+    """Run this file under ``python`` with the SGLang tree ``sglang`` (the directory holding ``sglang/``;
+    None: the SGLang installed in that Python, as in a release's venv) on the flag sets ``checks`` (each
+    ``{"argv": [...], "model": DIR, "draft_model": DIR, "env": {...}, "label": str}``) and return the
+    parsed report (``{"results": [...], ...}``)."""
+    request = {"sglang": str(sglang) if sglang else None, "device": dict(device), "checks": [dict(c) for c in checks]}
+    with tempfile.TemporaryDirectory(prefix="server-args-check-") as scratch:
+        path = Path(scratch) / "request.json"
+        path.write_text(json.dumps(request), encoding="utf-8")
         proc = subprocess.run(
-            [str(python), str(Path(__file__).resolve()), "--batch", path],
+            [str(python), str(_script(Path(scratch))), "--batch", str(path)],
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
+            stdin=subprocess.DEVNULL,
         )
-    finally:
-        os.unlink(path)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -237,6 +241,106 @@ def run_checks(
     if "error" in report and "results" not in report:
         raise CheckRunError(f"{python}: {report['error']}")
     return report
+
+
+def _script(scratch: Path) -> Path:
+    """This file as a script ``python`` can run: itself where it is a file, else (an Ansible module's
+    module_utils, imported from a zip) its source written into ``scratch``."""
+    here = Path(__file__)
+    if here.is_file():
+        return here.resolve()
+    copy = scratch / "server_args_check.py"
+    copy.write_text(inspect.getsource(sys.modules[__name__]), encoding="utf-8")
+    return copy
+
+
+# --------------------------------------------------------------------------------------------------
+# Controller side: the device shown to SGLang and its verdict in the toolkit's words (bin/sglang-flags
+# through module_utils/flag_gate.py, the deploy through module_utils/launch_plan.py).
+
+# The device shown to SGLang when no host facts are given: the target host (docs/domain-notes.md
+# "The target host": 8x RTX PRO 6000 Blackwell), 97887 MiB per GPU as nvidia-smi reports that card.
+TARGET_GPU_COUNT = 8
+TARGET_GPU_MEMORY_MIB = 97887
+DEFAULT_CAPABILITY = "12.0"
+
+
+def device_for(
+    host: Any,
+    gpu_cc: Optional[str],
+    flashinfer_version: Optional[str],
+    version: Optional[str],
+    gpu_cc_from: str = "--gpu-cc",
+    facts_from: str = "--host-facts",
+) -> tuple[dict[str, Any], list[str]]:
+    """The device SGLang is shown (``Device``'s keys) and where each fact came from. ``host``: the host's
+    facts as start_failures.HostFacts reads them (``capability``, ``gpus``, ``memory_mib``, ``source``)."""
+    if gpu_cc:
+        capability, cap_from = gpu_cc, gpu_cc_from
+    elif host is not None and host.capability:
+        capability, cap_from = host.capability, f"{facts_from} {host.source}"
+    else:
+        capability, cap_from = DEFAULT_CAPABILITY, "the default"
+    capability = capability if "." in capability else f"{capability}.0"
+    if host is not None and host.gpus:
+        names = sorted({str(g["name"]) for g in host.gpus})
+        memory, count, name = host.memory_mib, len(host.gpus), names[0] if len(names) == 1 else DEFAULT_GPU_NAME
+        memory_from = f"{count} x {memory} MiB (the smallest GPU) {name}, from {facts_from} {host.source}"
+    else:
+        memory, count = TARGET_GPU_MEMORY_MIB, TARGET_GPU_COUNT
+        name = DEFAULT_GPU_NAME if capability.startswith("12.") else f"a GPU of compute capability {capability}"
+        memory_from = f"{count} x {memory} MiB {name}, the target host's (give {facts_from} for this host's)"
+    if flashinfer_version:
+        flashinfer_from = f"FlashInfer {flashinfer_version}, the version SGLang {version} pins (its METADATA)"
+    else:
+        flashinfer_from = "FlashInfer as the runtime environment has it (the release pins no version)"
+    device = {"capability": capability, "memory_mib": memory, "count": count, "name": name, "flashinfer_version": flashinfer_version}
+    return device, [f"compute capability {capability} ({cap_from})", memory_from, flashinfer_from]
+
+
+def resolved_flags(values: Mapping[str, Any], field_flags: Mapping[str, str], aliases: Mapping[str, str]) -> dict[str, Any]:
+    """ServerArgs field values as the catalogue names flags: canonical flag name (no --) -> value."""
+    out: dict[str, Any] = {}
+    for name, option in field_flags.items():
+        if name in values:
+            flag = option.removeprefix("--")
+            out[aliases.get(flag, flag)] = values[name]
+    return out
+
+
+def refusal_text(result: Mapping[str, Any], version: Optional[str]) -> str:
+    """SGLang's refusal in one line: its exception, message and where it was raised."""
+    error = result["error"]
+    frame = error.get("sglang_frame")
+    if result["stage"] == "parse":  # argparse's own error line, raised through sys.exit in argparse.py
+        message = re.sub(r"^\S+: error: ", "", error["message"] or "")
+        text = f"SGLang {version}'s parser refuses the flags: {message}"
+        if frame:
+            text += f"; in SGLang at {frame['at']} in {frame['function']}: `{frame['source']}`"
+        return text
+    text = f"SGLang {version} refuses the flags ({result['stage']}): {error['type']}: {error['message'] or '(no message)'}"
+    if error.get("raised_at"):
+        text += f"; raised at {error['raised_at']}"
+        if error.get("function"):
+            text += f" in {error['function']}"
+        if error.get("source"):
+            text += f": `{error['source']}`"
+    if frame and frame.get("at") != error.get("raised_at"):
+        text += f"; SGLang's frame {frame['at']} in {frame['function']}: `{frame['source']}`"
+    return text
+
+
+def rewrite_text(change: Mapping[str, Any], log: Sequence[str], version: Optional[str]) -> str:
+    """A value SGLang rewrote: the flag, the value given, the value SGLang uses, and SGLang's own log line."""
+    flag = change["flag"] or change["field"]
+    text = (
+        f"{flag} {json.dumps(change['given'])}: SGLang {version} uses {json.dumps(change['resolved'])} instead "
+        f"({change['field']}, silently)"
+    )
+    said = [line for line in log if change["field"] in line or (change["flag"] and change["flag"] in line)]
+    if said:
+        text += f"; SGLang logs: {said[0]}"
+    return text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,6 +440,7 @@ class Checker:
             modules_cache = tempfile.mkdtemp(prefix="server-args-check-modules-")
             os.environ["HF_MODULES_CACHE"] = modules_cache
             atexit.register(shutil.rmtree, modules_cache, True)
+            _SCRATCH.append(modules_cache)
         started = time.monotonic()
         with contextlib.redirect_stdout(sys.stderr):
             import sglang
@@ -350,6 +455,9 @@ class Checker:
             self.resolves_once = hasattr(server_args_module.ServerArgs, "resolve_once")
             if self.resolves_once:
                 _import_resolution_modules()
+            # What SGLang's DeepGEMM switch asks of this environment (0.5.9
+            # layers/deep_gemm_wrapper/configurer.py: `import deep_gemm`, ImportError = absent).
+            self.deep_gemm = _probe_deep_gemm()
         self.import_seconds = round(time.monotonic() - started, 2)
         self.torch = torch
         self.sa = server_args_module
@@ -793,6 +901,18 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def _probe_deep_gemm() -> dict[str, Any]:
+    """Whether ``deep_gemm`` imports here, as SGLang tries it: ``deep_gemm_importable`` true, false
+    (ImportError) or None (it raised something else, which SGLang would not catch either)."""
+    try:
+        importlib.import_module("deep_gemm")
+    except ImportError as exc:
+        return {"deep_gemm_importable": False, "deep_gemm_note": f"ImportError: {exc}"}
+    except Exception as exc:  # reported, never raised: the check goes on
+        return {"deep_gemm_importable": None, "deep_gemm_note": f"{_type_name(exc)}: {exc}"}
+    return {"deep_gemm_importable": True, "deep_gemm_note": "import deep_gemm succeeded"}
+
+
 def _import_resolution_modules() -> None:
     for name in RESOLUTION_MODULES:
         try:
@@ -938,6 +1058,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "python": sys.executable,
         "import_seconds": checker.import_seconds,
         "field_flags": checker.parser_dest_flags,
+        "environment": checker.deep_gemm,
         "results": results if args.batch else None,
     }
     if not args.batch:
@@ -948,4 +1069,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The report is written: the interpreter's own teardown with torch and SGLang loaded takes
+    # seconds (about 4 of a 15 s check here) and writes nothing, so it is skipped, its one useful
+    # atexit job (the remote-code module cache) done here.
+    for scratch in _SCRATCH:
+        shutil.rmtree(scratch, ignore_errors=True)
+    os._exit(status)

@@ -64,6 +64,26 @@ def package_dir(sglang: str | Path) -> Path:
     return path
 
 
+def flashinfer_pin(sglang: str | Path) -> Optional[str]:
+    """The flashinfer-python version the release's METADATA pins (``==``), which its venv holds."""
+    path = package_dir(sglang)
+    text = ""
+    try:
+        if path.is_file():
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)]
+                text = archive.read(names[0]).decode("utf-8", "replace") if names else ""
+        else:
+            for info in sorted(path.resolve().parent.glob("sglang-*.dist-info")):
+                if (info / "METADATA").is_file():
+                    text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile):
+        return None
+    # e.g. "Requires-Dist: flashinfer_python==0.6.3" (0.5.9), "flashinfer_python[cu13]==0.7.2" (0.5.23)
+    match = re.search(r"^Requires-Dist:\s*flashinfer[-_]python(?:\[[^\]]*\])?\s*==\s*([0-9][\w.]*)", text, re.MULTILINE | re.IGNORECASE)
+    return match.group(1) if match else None
+
+
 def read_server_args(sglang: str | Path) -> str:
     """server_args.py from an installed sglang/ directory (or the directory holding it) or from a wheel."""
     return read_sources(sglang, [SERVER_ARGS])[SERVER_ARGS]

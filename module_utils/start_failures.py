@@ -789,6 +789,9 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
         bridges = ctx.host.facts.get("acs_redirect_bridges") if fact == "acs_redirect" else None
         if value and bridges:
             text += f" (bridges {', '.join(b.split()[0] for b in bridges)})"
+        probe = ctx.host.facts.get("deep_gemm_importable_from") if fact == "deep_gemm_importable" else None
+        if probe:
+            text += f" ({probe})"
         return bool(value) == cond["is"], text
     return str(value) in {str(v) for v in cond["in"]}, f"host {fact} {value}"
 

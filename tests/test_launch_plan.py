@@ -196,6 +196,9 @@ def test_without_host_facts_their_entries_are_unknown_never_ok() -> None:
     unreadable = plan(catalogue=CATALOGUE, model_dirs=MODEL_DIRS, host_facts="/nonexistent/host-facts.json")
     assert "host facts not read" in unreadable.start_gate["summary"] and "run playbooks/preflight.yml" in unreadable.start_gate["summary"]
     assert plan().start_gate["summary"] == "not run: no catalogue given"
+    # the role says why a check-mode plan made on the controller runs no gate
+    skipped = "a check-mode plan made on the controller cannot read the model directories on the host"
+    assert plan(gate_skipped=skipped).start_gate["summary"] == f"not run: {skipped}"
 
 
 def test_the_gate_is_never_read_from_the_plan_cache(tmp_path) -> None:

@@ -553,3 +553,26 @@ def test_0_5_23_fusion_refused_topk_tree_acknowledged(wheel_0523: Path) -> None:
 def test_bad_usage_exits_2(args: list[str], message: str) -> None:
     out = run(*args)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+@needs_runtime
+def test_the_same_check_again_reads_sglangs_verdict_back_without_importing_it(kimi: Path, tmp_path: Path) -> None:
+    """SGLang's accepted verdict is kept under the cache (flag-gate/verdicts), keyed by every input;
+    a changed input (here the environment) is checked again."""
+    args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT]
+    argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16]
+    env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
+    first = run(*args, *argv, env=env)
+    again = run(*args, *argv, env=env)
+    assert first.returncode == 0 and again.returncode == 0, first.stdout + first.stderr + again.stdout + again.stderr
+    assert "SGLang imported in" in first.stdout and "verdict read back from" not in first.stdout
+    assert "verdict read back from " in again.stdout and "same inputs, SGLang not imported" in again.stdout
+    assert len(list((tmp_path / "flag-gate" / "verdicts").glob("server-args-*.json"))) == 1
+
+    def verdicts(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(("warning:", "error:", "ok:", "refused:", "unknown:"))]
+
+    assert verdicts(again.stdout) == verdicts(first.stdout)
+    assert any("--speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead" in line for line in verdicts(again.stdout))
+    other = run(*args, "--env", "SGLANG_ENABLE_JIT_DEEPGEMM=0", *argv, env=env)
+    assert other.returncode == 0 and "SGLang imported in" in other.stdout, other.stdout + other.stderr
