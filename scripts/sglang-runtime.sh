@@ -22,6 +22,12 @@ if [ $# -eq 0 ]; then
 fi
 store=${SGLANG_RUNTIME_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/sglang-toolkit/sglang-runtime}
 mkdir -p "$cache"
+# $cache/site-packages-<version> -> that runtime's site-packages (molecule/upgrade mounts 0.5.23's)
+site_link() {
+    local site
+    site=$("$cache/$1/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    ln -sfn "$site" "$cache/site-packages-$1"
+}
 for version in "$@"; do
     requirements=$root/tests/runtime/sglang-$version.txt
     [ -f "$requirements" ] || { echo "sglang-runtime: no $requirements for SGLang $version" >&2; exit 2; }
@@ -41,6 +47,7 @@ for version in "$@"; do
             [ -L "$cache/$version" ] || rm -rf "$cache/$version"
             ln -sfn "$dir" "$cache/$version"
         fi
+        site_link "$version"
         continue
     fi
     echo "sglang-runtime: building the SGLang $version runtime in $dir (a few minutes, several GB)"
@@ -61,6 +68,7 @@ for version in "$@"; do
         # older builds of this version in the store are no longer what any requirements file says
         find "$store" -maxdepth 1 -name "$version-*" ! -name "$version-$stamp" -exec rm -rf {} +
     fi
+    site_link "$version"
 done
 # The stack's SGLang version is the one the lab host and molecule mount (read-only) at
 # /opt/sglang-runtime/site-packages: $cache/site-packages points at its site-packages.
