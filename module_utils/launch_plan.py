@@ -228,6 +228,7 @@ def start_gate(
     aliases: Optional[Mapping[str, str]] = None,
     skipped: str = "",
     deep_gemm: Optional[Mapping[str, Any]] = None,
+    outcome: str = "nothing changed",
 ) -> LaunchPlan:
     """The plan with the start gate applied (never cached: the model directories and the host's facts
     are read every time). Refused entries raise LaunchPlanError naming each, with its fix; a model
@@ -238,7 +239,7 @@ def start_gate(
     resolved (verify_plan), which the entries read instead of the flags as typed; ``reserve``: its
     own --mem-fraction-static for these flags without the operator's; ``deep_gemm``: whether
     ``deep_gemm`` imports in the release's venv (server_args_check's probe), for a host-facts file
-    that does not say."""
+    that does not say; ``outcome``: what a refusal left as it was, for its message."""
     if not catalogue:
         return replace(plan, start_gate={"summary": f"not run: {skipped or 'no catalogue given'}", "counts": {}, "verdicts": []})
     try:
@@ -275,7 +276,7 @@ def start_gate(
     refused = [v for v in verdicts if v.verdict == "refused"]
     if refused:
         raise LaunchPlanError(
-            f"the start gate refuses profile {plan.profile} ({summary}), nothing changed: " + " | ".join(v.text() for v in refused)
+            f"the start gate refuses profile {plan.profile} ({summary}), {outcome}: " + " | ".join(v.text() for v in refused)
         )
     gate = {
         "summary": summary,
@@ -406,8 +407,8 @@ def verify_plan(
     where = f"in the release's venv ({python})"
     if result["verdict"] != "ok":
         raise LaunchPlanError(
-            f"SGLang {sglang_version}'s own ServerArgs refuses profile {plan.profile} {where}, nothing started: "
-            + server_args_check.refusal_text(result, sglang_version)
+            f"SGLang {sglang_version}'s own ServerArgs refuses profile {plan.profile} {where}, nothing started "
+            "(the release is made and kept, nothing switched to it): " + server_args_check.refusal_text(result, sglang_version)
         )
     try:
         aliases = {name: flag.name for name, flag in server_flags._lookup(server_flags.release_flag_table(package)).items()}
@@ -449,6 +450,7 @@ def verify_plan(
         reserve=result.get("sglang_reserve"),
         aliases=aliases,
         deep_gemm=report.get("environment"),
+        outcome="nothing started (the release is made and kept, nothing switched to it)",
     )
 
 
