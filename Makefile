@@ -97,6 +97,7 @@ rehearsal: venv wheelhouse sglang-wheels
 bench: venv images wheelhouse sglang-wheels sglang-runtime
 	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py
 	$(VENV)/bin/python scripts/bench_converge.py
+	$(VENV)/bin/python scripts/bench_gate.py
 
 clean: lab-down
 	rm -rf .cache/facts .cache/molecule

@@ -34,6 +34,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +92,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 # Today's parser check (the partial path) has always used the 0.5.9 runtime when no --python is given.
 PARSER_CHECK_RUNTIME = "0.5.9"
-META_KEYS = ("sglang_version", "sglang_dir", "python", "import_seconds", "field_flags")
+META_KEYS = ("sglang_version", "sglang_dir", "python", "import_seconds", "field_flags", "warm")
 VERDICT_ORDER = {"refused": 0, "warning": 1, "unknown": 2, "ok": 3, "n/a": 4}
 
 
@@ -184,6 +185,12 @@ class GateReport:
         if self.server_args is not None:
             sa = self.server_args
             timing = f"check {sa['seconds']} s, SGLang imported in {sa['import_seconds']} s"
+            if sa.get("warm"):
+                warm = sa["warm"]
+                timing = (
+                    f"check {sa['seconds']} s, by the warm checker pid {warm['pid']} (SGLang imported "
+                    f"{time.time() - warm['since']:.0f} s ago in {sa['import_seconds']} s; {warm['checks']} checks answered)"
+                )
             if sa.get("cached"):
                 timing = f"verdict read back from {_shown_path(CACHE / 'flag-gate' / 'verdicts')}: same inputs, SGLang not imported"
             if sa["verdict"] == "ok":
@@ -349,6 +356,7 @@ def check_flag_sets(
     entries: Optional[list[Entry]] = None,
     cache: Path = CACHE,
     timeout: float = 300,
+    warm: float = 0,
 ) -> list[GateReport]:
     """Check each flag set against the SGLang at ``sglang`` (package dir, the dir holding it, or a
     wheel); SGLang's ServerArgs for all of them in one runtime process.
@@ -390,7 +398,7 @@ def check_flag_sets(
         fusion_source=fusion_source,
         registry=registered_architectures(sglang) if any(p.draft_facts for p in prepared) else None,
     )
-    results, meta, why_not = _run_server_args(sglang, flag_sets, prepared, runtime, device, timeout, cache / "flag-gate")
+    results, meta, why_not = _run_server_args(sglang, flag_sets, prepared, runtime, device, timeout, cache / "flag-gate", warm)
     # Today's parser check, for what SGLang's ServerArgs could not check: --python, the release's
     # runtime, else the 0.5.9 runtime (as before the gate), else the static table.
     parser_python = python or runtime.python
@@ -438,6 +446,7 @@ def _run_server_args(
     device: Mapping[str, Any],
     timeout: float,
     cache_dir: Optional[Path] = None,
+    warm: float = 0,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any], dict[int, str]]:
     """SGLang's ServerArgs on every flag set whose model config is here, in one process:
     (index -> SGLang's result, the report's own facts, index -> why it did not run)."""
@@ -472,7 +481,9 @@ def _run_server_args(
     todo = [i for i in runnable if i not in results]
     if todo:
         try:
-            report = run_checks(runtime.python, root, device, [checks[runnable.index(i)] for i in todo], timeout=timeout)
+            todo_checks = [checks[runnable.index(i)] for i in todo]
+            warm_dir = cache_dir / "warm" if cache_dir is not None else None
+            report = run_checks(runtime.python, root, device, todo_checks, timeout=timeout, warm=warm, warm_dir=warm_dir)
         except (CheckRunError, OSError, subprocess.SubprocessError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return {}, {}, {**why_not, **{i: f"it could not be built under {runtime.python}: {first}" for i in runnable}}
@@ -542,6 +553,7 @@ def _complete(
         "seconds": result["seconds"],
         "cached": bool(result.get("cached")),
         **{k: meta.get(k) for k in ("sglang_version", "sglang_dir", "python", "import_seconds")},
+        "warm": None if result.get("cached") else meta.get("warm"),
     }
     return flags, resolved, chosen, server_args
 

@@ -70,6 +70,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import hashlib
 import importlib
 import inspect
 import io
@@ -80,6 +81,7 @@ import os
 import pkgutil
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -213,12 +215,21 @@ def run_checks(
     device: Mapping[str, Any],
     checks: Sequence[Mapping[str, Any]],
     timeout: float = 300,
+    warm: float = 0,
+    warm_dir: Optional[Path] = None,
 ) -> dict[str, Any]:
     """Run this file under ``python`` with the SGLang tree ``sglang`` (the directory holding ``sglang/``;
     None: the SGLang installed in that Python, as in a release's venv) on the flag sets ``checks`` (each
     ``{"argv": [...], "model": DIR, "draft_model": DIR, "env": {...}, "label": str}``) and return the
-    parsed report (``{"results": [...], ...}``)."""
+    parsed report (``{"results": [...], ...}``).
+
+    ``warm`` > 0 (seconds) with ``warm_dir``: ask the warm checker of that Python and tree (a process
+    that keeps SGLang imported, answering on a unix socket in ``warm_dir`` until ``warm`` seconds pass
+    without a request), starting it when none answers; its report has ``warm`` (pid, when SGLang was
+    imported, how many checks it answered)."""
     request = {"sglang": str(sglang) if sglang else None, "device": dict(device), "checks": [dict(c) for c in checks]}
+    if warm > 0 and warm_dir is not None:
+        return _run_warm(python, sglang, request, timeout, warm, Path(warm_dir))
     with tempfile.TemporaryDirectory(prefix="server-args-check-") as scratch:
         path = Path(scratch) / "request.json"
         path.write_text(json.dumps(request), encoding="utf-8")
@@ -252,6 +263,75 @@ def _script(scratch: Path) -> Path:
     copy = scratch / "server_args_check.py"
     copy.write_text(inspect.getsource(sys.modules[__name__]), encoding="utf-8")
     return copy
+
+
+def warm_socket(python: str | Path, sglang: Optional[str | Path], warm_dir: Path) -> Path:
+    """Where the warm checker of this Python (its venv, resolved) and SGLang tree answers: one per
+    pair and per source of this file (a changed checker starts a new one)."""
+    venv = Path(python).absolute().parent.parent.resolve()
+    source = inspect.getsource(sys.modules[__name__])
+    key = json.dumps([str(python), str(venv), str(Path(sglang).resolve()) if sglang else None, source])
+    return warm_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.sock"
+
+
+def _ask(path: Path, request: Mapping[str, Any], timeout: float) -> Optional[dict[str, Any]]:
+    """The warm checker's report, or None when nothing answers at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        conn.sendall(json.dumps(request).encode())
+        conn.shutdown(socket.SHUT_WR)
+        data = _read_all(conn)
+    try:
+        report = json.loads(data)
+    except json.JSONDecodeError:
+        raise CheckRunError(f"the warm checker at {path} answered {len(data)} bytes that are not a JSON report") from None
+    if "error" in report and "results" not in report:
+        raise CheckRunError(f"the warm checker at {path}: {report['error']}")
+    return report
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _run_warm(
+    python: str | Path, sglang: Optional[str | Path], request: Mapping[str, Any], timeout: float, idle: float, warm_dir: Path
+) -> dict[str, Any]:
+    warm_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = warm_socket(python, sglang, warm_dir)
+    report = _ask(path, request, timeout)
+    if report is not None:
+        return report
+    log = path.with_suffix(".log")
+    with tempfile.TemporaryDirectory(prefix="server-args-check-") as scratch, log.open("wb") as out:
+        argv = [str(python), str(_script(Path(scratch))), "--serve", str(path), "--idle", str(idle)]
+        if sglang:
+            argv += ["--sglang", str(sglang)]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not path.exists():  # it appears once SGLang is imported (bound under another name, then renamed)
+            if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is None:
+                    proc.kill()
+                tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+                raise CheckRunError(
+                    f"the warm checker ({python} {Path(__file__).name} --serve) did not start within {timeout:.0f} s "
+                    f"(exit status {proc.poll()}); its log {log} ends:\n" + "\n".join(tail)
+                )
+            time.sleep(0.2)
+    report = _ask(path, request, timeout)
+    if report is None:
+        raise CheckRunError(f"the warm checker started at {path} does not answer")
+    return report
 
 
 # --------------------------------------------------------------------------------------------------
@@ -975,6 +1055,68 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _report(checker: Checker, results: Optional[list[dict[str, Any]]]) -> dict[str, Any]:
+    return {
+        "sglang_version": checker.version,
+        "sglang_dir": checker.sglang_file,
+        "python": sys.executable,
+        "import_seconds": checker.import_seconds,
+        "field_flags": checker.parser_dest_flags,
+        "environment": checker.deep_gemm,
+        "results": results,
+    }
+
+
+def _serve(path: Path, sglang_dir: Optional[str], idle: float) -> int:
+    """The warm checker: SGLang imported once, then one batch request per connection on the unix
+    socket ``path`` (mode 0600, made visible only once SGLang imported), answered in order, until
+    ``idle`` seconds pass without one. A request that cannot be checked gets ``{"error": ...}``."""
+    checker = Checker(sglang_dir)
+    started = time.time()
+    answered = 0
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = path.with_name(f".{path.name}.{os.getpid()}")
+    server.bind(str(bound))
+    os.chmod(bound, 0o600)
+    os.replace(bound, path)
+    inode = path.stat().st_ino
+    server.listen(8)
+    server.settimeout(idle)
+    print(
+        f"server_args_check: warm checker pid {os.getpid()} on {path}, SGLang {checker.version} imported in {checker.import_seconds} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                return 0
+            with conn:
+                conn.settimeout(None)
+                try:
+                    request_sglang, requests = _requests_from_batch(json.loads(_read_all(conn)))
+                    if request_sglang and sglang_dir and Path(request_sglang).resolve() != Path(sglang_dir).resolve():
+                        raise CheckUsageError(f"this warm checker holds SGLang from {sglang_dir}, the request names {request_sglang}")
+                    for request in requests:
+                        if request.model:
+                            _require_config_dir(request.model, "model")
+                        if request.draft_model:
+                            _require_config_dir(request.draft_model, "draft model")
+                    report = _report(checker, [checker.check(request) for request in requests])
+                    answered += len(requests)
+                    report["warm"] = {"pid": os.getpid(), "since": round(started, 3), "checks": answered}
+                except (CheckUsageError, ValueError) as exc:
+                    report = {"error": str(exc)}
+                conn.sendall(json.dumps(report, default=repr).encode())
+    finally:
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == inode:  # still ours, not a newer checker's
+                path.unlink()
+        server.close()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     flags: list[str] = []
@@ -998,7 +1140,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model", help="model directory (config files); replaces the value of --model-path")
     parser.add_argument("--draft-model", help="draft model directory; replaces the value of --speculative-draft-model-path")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment of the server")
+    parser.add_argument("--serve", metavar="SOCKET", help="keep SGLang imported and answer batch requests on this unix socket")
+    parser.add_argument("--idle", type=float, default=600, help="with --serve: seconds without a request before it exits")
     args = parser.parse_args(args_in)
+    if args.serve:
+        return _serve(Path(args.serve), args.sglang, args.idle)
     try:
         if args.batch:
             if flags:
@@ -1052,15 +1198,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(json.dumps({"error": str(exc)}), flush=True)
         print(f"server_args_check: {exc}", file=sys.stderr)
         return 2
-    report = {
-        "sglang_version": checker.version,
-        "sglang_dir": checker.sglang_file,
-        "python": sys.executable,
-        "import_seconds": checker.import_seconds,
-        "field_flags": checker.parser_dest_flags,
-        "environment": checker.deep_gemm,
-        "results": results if args.batch else None,
-    }
+    report = _report(checker, results if args.batch else None)
     if not args.batch:
         report = {**report, **results[0]}
         del report["results"]

@@ -9,9 +9,13 @@ reason, only where the 0.5.9 runtime or its unpacked tree is absent (as tests/te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import zipfile
@@ -576,3 +580,30 @@ def test_the_same_check_again_reads_sglangs_verdict_back_without_importing_it(ki
     assert any("--speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead" in line for line in verdicts(again.stdout))
     other = run(*args, "--env", "SGLANG_ENABLE_JIT_DEEPGEMM=0", *argv, env=env)
     assert other.returncode == 0 and "SGLang imported in" in other.stdout, other.stdout + other.stderr
+
+
+@needs_runtime
+def test_the_warm_checker_keeps_sglang_imported_for_the_next_checks(kimi: Path, tmp_path: Path) -> None:
+    """--warm: the first check starts a checker process (SGLang imported once, a unix socket only its
+    user can reach); the next check, with other flags, is answered by the same process."""
+    args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT, "--warm", "120"]
+    env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
+    first = run(*args, "--", *EAGLE, *RECIPE, *BF16, env=env)
+    second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, env=env)
+    pids = [re.search(r"by the warm checker pid (\d+) \(", out.stdout) for out in (first, second)]
+    try:
+        assert first.returncode == 0 and second.returncode == 0, first.stdout + first.stderr + second.stdout + second.stderr
+        assert pids[0] and pids[1] and pids[0].group(1) == pids[1].group(1), first.stdout + second.stdout
+        assert "; 1 checks answered)" in first.stdout and "; 2 checks answered)" in second.stdout
+        # the second flag set is SGLang's own verdict, not the first one's
+        assert "--speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead" in second.stdout
+        assert "uses 4 instead" not in first.stdout
+        (sock,) = (tmp_path / "flag-gate" / "warm").glob("*.sock")
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600 and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    finally:
+        for found in pids:
+            if found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(found.group(1)), signal.SIGTERM)
+    bad = run(*args[:-2], "--warm", "-1", "--", *EAGLE, *RECIPE, env=env)
+    assert bad.returncode == 2 and "--warm takes seconds, 0 or more" in bad.stderr

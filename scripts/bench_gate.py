@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Benchmark: how long bin/sglang-flags takes to check a flag set with SGLang's own ServerArgs.
+
+Goal (issue 20, item 2): a warm check takes at most 10 s. Three ways of checking, each on the real
+SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the Kimi-K2.5 EAGLE-3 recipe and
+the Kimi-shaped config files, new flags each time unless said otherwise (wall clock of the whole
+command, median of RUNS):
+
+- new process: a runtime process imports SGLang for the check (the bytecode and page cache warm
+  from the run before);
+- same inputs again: SGLang's accepted verdict read back (.cache/flag-gate/verdicts);
+- warm checker (--warm): a checker process that keeps SGLang imported answers new flags.
+
+The goal is judged on the warm checker, the one way of checking new flags warm; the other two are
+printed beside it. Exit 1 when it is missed, 2 when a runtime or tree is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+GOAL_S = 10.0
+RUNS = int(os.environ.get("BENCH_GATE_RUNS", "3"))
+RELEASES = ("0.5.9", "0.5.23")
+MODELS = ROOT / "tests" / "data" / "lab-models" / "kimi-k2.5-nvfp4"  # config files, the index and the remote-code stand-in
+DRAFT = ROOT / "tests" / "data" / "models" / "kimi-k2.5-eagle3"
+RECIPE = [
+    "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", "--trust-remote-code", "--attention-backend", "flashinfer",
+    "--kv-cache-dtype", "bfloat16", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3",
+    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+]  # fmt: skip
+
+
+def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[float, str]:
+    argv = [
+        sys.executable, str(ROOT / "bin" / "sglang-flags"), "--sglang", str(CACHE / "sglang" / version),
+        "--python", str(CACHE / "sglang-runtime" / version / "venv" / "bin" / "python"),
+        "--model-class", "KimiK25ForConditionalGeneration", "--model", str(MODELS), "--draft-model", str(DRAFT),
+        "--warm", str(warm), "--", *RECIPE, "--speculative-num-draft-tokens", str(tokens),
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "SGLANG_TOOLKIT_CACHE": str(cache)}, check=False)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"bench_gate: bin/sglang-flags exited {proc.returncode} on SGLang {version}:\n{proc.stdout}{proc.stderr}")
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("server args:")), "")
+    if not line:
+        sys.exit(f"bench_gate: SGLang's ServerArgs did not run on {version}:\n{proc.stdout}")
+    return wall, line
+
+
+def main() -> int:
+    for version in RELEASES:
+        if not (CACHE / "sglang-runtime" / version / ".stamp").is_file() or not (CACHE / "sglang" / version / "sglang").is_dir():
+            print(f"bench_gate: no runtime or tree for SGLang {version} under {CACHE}: run make sglang-runtime", file=sys.stderr)
+            return 2
+    missed = []
+    print(f"bin/sglang-flags, SGLang's ServerArgs on the Kimi EAGLE-3 recipe (median of {RUNS}, wall clock; goal: warm <= {GOAL_S:.0f} s)")
+    for version in RELEASES:
+        with tempfile.TemporaryDirectory(prefix="bench-gate-") as scratch:
+            cache = Path(scratch)
+            check(version, cache, 4)  # page cache and bytecode warm; its verdict is kept
+            fresh = [check(version, cache, 5 + run)[0] for run in range(RUNS)]
+            again = [check(version, cache, 5)[0] for _ in range(RUNS)]
+            _, started = check(version, cache, 20, warm=120)  # starts the warm checker
+            warm = [check(version, cache, 21 + run, warm=120)[0] for run in range(RUNS)]
+            pid = re.search(r"warm checker pid (\d+)", started)
+            if pid:
+                os.kill(int(pid.group(1)), signal.SIGTERM)
+        median = statistics.median(warm)
+        ok = median <= GOAL_S
+        missed += [] if ok else [version]
+        print(f"  SGLang {version}")
+        print(f"    new flags, new process           {statistics.median(fresh):6.2f} s   (worst {max(fresh):.2f} s)")
+        print(f"    same inputs again (verdict kept) {statistics.median(again):6.2f} s")
+        print(f"    new flags, warm checker          {median:6.2f} s   goal <= {GOAL_S:.0f} s: {'met' if ok else 'NOT met'}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
