@@ -40,15 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from launch_plan import _read_verdict, _shown, _verify_key, _write_verdict
+from launch_plan import _read_verdict, _verify_key, _write_verdict
 from server_args_check import (
     DEFAULT_CAPABILITY,
-    WATCHED_FIELDS,
     CheckRunError,
+    accepted,
     device_for,
     refusal_text,
-    resolved_flags,
-    rewrite_text,
     run_checks,
 )
 from start_failures import (
@@ -79,7 +77,7 @@ from flag_rules import (
 from server_flags import (
     Flag,
     FlagError,
-    _lookup,
+    flag_aliases,
     flashinfer_pin,
     package_dir,
     read_server_args,
@@ -370,7 +368,7 @@ def check_flag_sets(
     table: Optional[dict[str, Flag]]
     try:
         table = release_flag_table(sglang)
-        aliases = {name: flag.name for name, flag in _lookup(table).items()}
+        aliases = flag_aliases(table)
     except FlagError:
         table, aliases = None, {}
     entries = load_catalogue() if entries is None else entries
@@ -505,17 +503,10 @@ def _complete(
     resolved: Optional[dict[str, Any]] = None
     chosen: list[str] = []
     if result["verdict"] == "ok":
-        # the values as on the host: the local config dirs SGLang read stand for the typed paths
-        values = {k: prepared.host_paths.get(v, v) if isinstance(v, str) else v for k, v in result["values"].items()}
-        resolved = resolved_flags(values, meta.get("field_flags") or {}, release.aliases)
-        rule_values = {dest: values.get(dest) for dest in RULE_DESTS}
-        version = release.version
-        warnings += [Finding("warning", rewrite_text(c, result["log"], version)) for c in result["changes"] if c["kind"] == "rewritten"]
-        chosen = [
-            f"{c['flag'] or c['field']} {_shown(values.get(c['field'], c['resolved']))}"
-            for c in result["changes"]
-            if c["kind"] == "chosen" and c["field"] in WATCHED_FIELDS
-        ]
+        read = accepted(result, meta.get("field_flags") or {}, release.aliases, prepared.host_paths, release.version)
+        resolved, chosen = read.resolved, read.chosen
+        rule_values = {dest: read.values.get(dest) for dest in RULE_DESTS}
+        warnings += [Finding("warning", text) for text in read.rewritten]
     else:
         error = result["error"]
         where = (error.get("sglang_frame") or {}).get("at") or error.get("raised_at") or "its parser"

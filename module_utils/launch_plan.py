@@ -411,28 +411,21 @@ def verify_plan(
             "(the release is made and kept, nothing switched to it): " + server_args_check.refusal_text(result, sglang_version)
         )
     try:
-        aliases = {name: flag.name for name, flag in server_flags._lookup(server_flags.release_flag_table(package)).items()}
+        aliases = server_flags.flag_aliases(server_flags.release_flag_table(package))
     except server_flags.FlagError:
         aliases = {}
-    values = {k: host_paths.get(v, v) if isinstance(v, str) else v for k, v in result["values"].items()}
-    resolved = server_args_check.resolved_flags(values, report.get("field_flags") or {}, aliases)
-    rewritten = [server_args_check.rewrite_text(c, result["log"], sglang_version) for c in result["changes"] if c["kind"] == "rewritten"]
-    chosen = [
-        f"{c['flag'] or c['field']} {_shown(values.get(c['field'], c['resolved']))}"
-        for c in result["changes"]
-        if c["kind"] == "chosen" and c["field"] in server_args_check.WATCHED_FIELDS
-    ]
+    read = server_args_check.accepted(result, report.get("field_flags") or {}, aliases, host_paths, sglang_version)
     checked = replace(
         plan,
-        flag_warnings=[*plan.flag_warnings, *(f"SGLang's ServerArgs: {text}" for text in rewritten)],
+        flag_warnings=[*plan.flag_warnings, *(f"SGLang's ServerArgs: {text}" for text in read.rewritten)],
         server_args={
             "verdict": "ok",
             "python": python,
             "sglang_version": sglang_version,
             "device": device,
             "device_from": device_from,
-            "rewritten": rewritten,
-            "chosen": chosen,
+            "rewritten": read.rewritten,
+            "chosen": read.chosen,
             "seconds": result.get("seconds"),
             "import_seconds": report.get("import_seconds"),
             "cached": cached is not None,
@@ -445,18 +438,13 @@ def verify_plan(
         model_dirs,
         host_facts,
         gpu_major,
-        resolved=resolved,
+        resolved=read.resolved,
         resolved_by=f"SGLang {sglang_version}'s ServerArgs {where}",
         reserve=result.get("sglang_reserve"),
         aliases=aliases,
         deep_gemm=report.get("environment"),
         outcome="nothing started (the release is made and kept, nothing switched to it)",
     )
-
-
-def _shown(value: Any) -> str:
-    """A resolved value for the output: floats SGLang computed rounded (0.7523519433593749 -> 0.7524)."""
-    return f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str)
 
 
 def _verify_key(python: str, package: Path, check: Mapping[str, Any], device: Mapping[str, Any]) -> str:

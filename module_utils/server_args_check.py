@@ -410,6 +410,43 @@ def refusal_text(result: Mapping[str, Any], version: Optional[str]) -> str:
     return text
 
 
+@dataclasses.dataclass
+class Accepted:
+    """SGLang's accepted verdict as the toolkit reads it (bin/sglang-flags and the deploy alike)."""
+
+    values: dict[str, Any]  # every ServerArgs field, the typed model paths in place of the config dirs SGLang read
+    resolved: dict[str, Any]  # the same by canonical flag name (what the catalogue reads)
+    rewritten: list[str]  # one sentence per value SGLang rewrote (rewrite_text)
+    chosen: list[str]  # "--flag value" for the watched fields SGLang chose that were not given
+
+
+def accepted(
+    result: Mapping[str, Any],
+    field_flags: Mapping[str, str],
+    aliases: Mapping[str, str],
+    host_paths: Mapping[str, str],
+    version: Optional[str],
+) -> Accepted:
+    """Read one accepted result of a check: ``host_paths`` maps the local config dirs SGLang was
+    given back to the paths typed in the flags."""
+    values = {k: host_paths.get(v, v) if isinstance(v, str) else v for k, v in result["values"].items()}
+    return Accepted(
+        values=values,
+        resolved=resolved_flags(values, field_flags, aliases),
+        rewritten=[rewrite_text(c, result["log"], version) for c in result["changes"] if c["kind"] == "rewritten"],
+        chosen=[
+            f"{c['flag'] or c['field']} {shown_value(values.get(c['field'], c['resolved']))}"
+            for c in result["changes"]
+            if c["kind"] == "chosen" and c["field"] in WATCHED_FIELDS
+        ],
+    )
+
+
+def shown_value(value: Any) -> str:
+    """A resolved value for the output: floats SGLang computed rounded (0.7523519433593749 -> 0.7524)."""
+    return f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str)
+
+
 def rewrite_text(change: Mapping[str, Any], log: Sequence[str], version: Optional[str]) -> str:
     """A value SGLang rewrote: the flag, the value given, the value SGLang uses, and SGLang's own log line."""
     flag = change["flag"] or change["field"]
@@ -685,6 +722,7 @@ class Checker:
     # -- one check -----------------------------------------------------------------------------
     def check(self, request: CheckRequest, reserve: bool = True) -> dict[str, Any]:
         argv = list(request.argv)
+        fraction_given = False  # --mem-fraction-static among the flags SGLang accepted (then its own reserve is computed)
         if request.model:
             _require_config_dir(request.model, "model")
             argv = self._substitute(argv, "model_path", str(request.model), "model directory")
@@ -773,7 +811,7 @@ class Checker:
             result["warnings"] = [_warning(c) for c in changes if c["kind"] == "rewritten" or c["field"] in WATCHED_FIELDS]
             result["resolved"] = {f: _jsonable(self._resolved(server_args, f)) for f in WATCHED_FIELDS if hasattr(server_args, f)}
             result["values"] = {f.name: _jsonable(self._resolved(server_args, f.name)) for f in self.record_fields(type(server_args))}
-            reserve = reserve and "mem_fraction_static" in given
+            fraction_given = "mem_fraction_static" in given
         finally:
             sglang_logger.removeHandler(capture)
             sglang_logger.setLevel(old_level)
@@ -784,7 +822,7 @@ class Checker:
         result["abbreviations"] = self._abbreviations(parsed_argv[0] if parsed_argv else argv)
         result["log"] = capture.lines
         result["seconds"] = round(time.monotonic() - started, 3)
-        if reserve and result["verdict"] == "ok":
+        if reserve and fraction_given and result["verdict"] == "ok":
             # after this check's environment and log capture are put back: a second resolution
             reserve_argv = _without_option(request.argv, "--mem-fraction-static")
             result["sglang_reserve"] = (
@@ -859,6 +897,15 @@ def _warning(change: Mapping[str, Any]) -> str:
     if change["kind"] == "rewritten":
         return f"{flag} {json.dumps(change['given'])}: SGLang uses {json.dumps(change['resolved'])} instead ({change['field']})"
     return f"{flag} not given (default {json.dumps(change['default'])}): SGLang uses {json.dumps(change['resolved'])} ({change['field']})"
+
+
+def _require_config_dirs(requests: Sequence[CheckRequest]) -> None:
+    """Every model and draft directory of a batch, before any of it is checked."""
+    for request in requests:
+        if request.model:
+            _require_config_dir(request.model, "model")
+        if request.draft_model:
+            _require_config_dir(request.draft_model, "draft model")
 
 
 def _require_config_dir(path: str, what: str) -> None:
@@ -1099,11 +1146,7 @@ def _serve(path: Path, sglang_dir: Optional[str], idle: float) -> int:
                     request_sglang, requests = _requests_from_batch(json.loads(_read_all(conn)))
                     if request_sglang and sglang_dir and Path(request_sglang).resolve() != Path(sglang_dir).resolve():
                         raise CheckUsageError(f"this warm checker holds SGLang from {sglang_dir}, the request names {request_sglang}")
-                    for request in requests:
-                        if request.model:
-                            _require_config_dir(request.model, "model")
-                        if request.draft_model:
-                            _require_config_dir(request.draft_model, "draft model")
+                    _require_config_dirs(requests)
                     report = _report(checker, [checker.check(request) for request in requests])
                     answered += len(requests)
                     report["warm"] = {"pid": os.getpid(), "since": round(started, 3), "checks": answered}
@@ -1175,11 +1218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             )
             requests = [CheckRequest(argv=flags, device=device, model=args.model, draft_model=args.draft_model, env=_parse_env(args.env))]
             sglang_dir = args.sglang
-        for request in requests:  # before anything is imported
-            if request.model:
-                _require_config_dir(request.model, "model")
-            if request.draft_model:
-                _require_config_dir(request.draft_model, "draft model")
+        _require_config_dirs(requests)  # before anything is imported
         try:
             checker = Checker(sglang_dir)
         except CheckUsageError:

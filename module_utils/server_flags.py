@@ -319,6 +319,11 @@ def flag_table(source: str, extra_constants: Optional[Mapping[str, ast.expr]] = 
     return table
 
 
+def flag_aliases(table: Mapping[str, Flag]) -> dict[str, str]:
+    """Every name SGLang accepts for a flag (no --) -> the flag's canonical name."""
+    return {name: flag.name for name, flag in _lookup(table).items()}
+
+
 def _lookup(table: Mapping[str, Flag]) -> dict[str, Flag]:
     by_name: dict[str, Flag] = {}
     for flag in table.values():

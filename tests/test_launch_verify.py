@@ -10,19 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-from launch_plan import LaunchPlan, LaunchPlanError, _verify_key, make_plan, planned_patches, start_gate, verify_plan
-from sglang_compat import render_profile
+from launch_plan import LaunchPlan, LaunchPlanError, _verify_key, start_gate, verify_plan
+from test_launch_plan import CATALOGUE, HOST_8X, STACK, WHEEL_059
+from test_launch_plan import plan as typed_plan
 
-from conftest import CACHE, ROOT
+from conftest import ROOT
 
-SERVICE = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-STACK = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
-PROFILES = {name: render_profile(flags, STACK) for name, flags in SERVICE["sglang_profiles"].items()}
-MANIFEST = yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text())
-CATALOGUE = yaml.safe_load((ROOT / "files/start-failures.yml").read_text())
-WHEEL_059 = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
-HOST_8X = ROOT / "tests/data/start-failures/host-8x-rtx-pro-6000.json"
 # What the lab gives for the model paths (inventory/lab/group_vars/lab/build.yml): the Kimi config
 # files with the TEST FIXTURE stand-in for its remote code, and the draft's config.
 MODEL_DIRS = {
@@ -32,24 +25,8 @@ MODEL_DIRS = {
 
 
 def plan(**overrides) -> LaunchPlan:
-    args = dict(
-        profiles=PROFILES,
-        profile="eagle3",
-        host="127.0.0.1",
-        port=30000,
-        extra_flags={},
-        env_parts=[{"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}],
-        secret_names=[],
-        patches=planned_patches(MANIFEST, []),
-        model_class="KimiK25ForConditionalGeneration",
-        gpu_major=12,
-        launch_module="sglang.launch_server",
-        catalogue=CATALOGUE,
-        model_dirs=MODEL_DIRS,
-        host_facts=str(HOST_8X),
-    )
-    args.update(overrides)
-    return make_plan(WHEEL_059, **args)
+    """The production eagle3 plan as tests/test_launch_plan.py makes it, with the start gate on the lab's model files and the 8-GPU host."""
+    return typed_plan(**{"catalogue": CATALOGUE, "model_dirs": MODEL_DIRS, "host_facts": str(HOST_8X), **overrides})
 
 
 @dataclass
