@@ -870,7 +870,8 @@ def memory_reserve_check(entry: Entry, ctx: Context) -> Result:
         return False, "--mem-fraction-static not given: SGLang sizes its own reserve for activations and CUDA graphs"
     if ctx.sglang_auto_fraction is None:
         return None, ctx.sglang_auto_unknown or (
-            "SGLang's own reserve for these flags is known only where its ServerArgs ran (bin/sglang-flags with the release's runtime)"
+            "SGLang's own reserve for these flags is known only where its ServerArgs ran (bin/sglang-flags with the release's "
+            "runtime, the deploy's check in the release's venv)"
         )
     _, raw = ctx.flag(name)
     try:
