@@ -27,7 +27,7 @@ help:
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
 	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down lint pytest molecule clean"
 
-$(VENV)/.requirements: requirements.txt
+$(VENV)/.requirements: requirements.txt scripts/venv.sh
 	scripts/venv.sh $(VENV) $(PYTHON)
 
 venv: $(VENV)/.requirements

@@ -101,7 +101,7 @@ drift:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_toolkit import (
+from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
     RUNTIME_COMPONENT,
     CudaToolkitError,
     component_pins,

@@ -67,7 +67,12 @@ key_fingerprints:
 from urllib.parse import unquote, urlparse
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_toolkit import CudaToolkitError, openpgp_fingerprints, read_packages_index, repository_problems
+from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
+    CudaToolkitError,
+    openpgp_fingerprints,
+    read_packages_index,
+    repository_problems,
+)
 from ansible.module_utils.urls import fetch_url
 
 

@@ -137,8 +137,8 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.build_pipeline import gpu_code
-from ansible.module_utils.cuda_toolkit import (
+from ansible.module_utils.sglang_sm120.build.pipeline import gpu_code
+from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
     CudaToolkitError,
     identify_toolkit,
     parse_dpkg_query,

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_audit
 short_description: Audit what SGLang's speculative path needs from a target model class
 description:
-  - Thin wrapper around module_utils/sglang_audit.py; reads the SGLang source statically, never
+  - Thin wrapper around module_utils/sglang_sm120/patches/audit.py; reads the SGLang source statically, never
     imports it.
   - Fails, listing the missing methods and their call sites, when a required one is missing.
   - Never changes anything.
@@ -125,7 +125,7 @@ audit:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_audit import SglangAuditError, audit, audit_key, read_audit_proof, write_audit_proof
+from ansible.module_utils.sglang_sm120.patches.audit import SglangAuditError, audit, audit_key, read_audit_proof, write_audit_proof
 
 
 def main() -> None:

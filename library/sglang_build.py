@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_build
 short_description: Build one artifact of the SM120 build pipeline into the host wheelhouse
 description:
-  - Thin wrapper around module_utils/build_pipeline.py.
+  - Thin wrapper around module_utils/sglang_sm120/build/pipeline.py.
   - C(state=cached) looks once at the build root for the whole plan (O(items)) - it makes the root's
     directories when missing (the only change it makes, never in check mode) and returns the
     cached record of every item whose verified build is there, and the names of the others.
@@ -193,7 +193,7 @@ artifact:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.build_pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
+from ansible.module_utils.sglang_sm120.build.pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
 
 
 def main() -> None:

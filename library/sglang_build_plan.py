@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_build_plan
 short_description: Validate build specs, order them and compute their cache keys
 description:
-  - Thin wrapper around module_utils/build_pipeline.py. Every spec is checked before anything is
+  - Thin wrapper around module_utils/sglang_sm120/build/pipeline.py. Every spec is checked before anything is
     built; an unknown field or a missing source fails naming the artifact.
   - A key is the sha256 of the artifact's inputs (including the content of controller-side
     sources) and of the keys of what it depends on. Run it on the controller
@@ -69,7 +69,7 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.build_pipeline import BuildSpecError, plan
+from ansible.module_utils.sglang_sm120.build.pipeline import BuildSpecError, plan
 
 
 def main() -> None:

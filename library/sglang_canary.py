@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_canary
 short_description: Start canary of a release's SGLang server on tiny models, judged by its answers
 description:
-  - Thin wrapper around module_utils/canary.py, run on the host. Starts the release's own server
+  - Thin wrapper around module_utils/sglang_sm120/serve/canary.py, run on the host. Starts the release's own server
     (O(python) C(-m) O(module) with the release's launch flags O(argv) and environment O(env)) with
     C(--model-path) (and C(--tokenizer-path) when present) replaced by O(target_model),
     C(--speculative-draft-model-path) by O(draft_model), C(--port) O(port), C(--host 127.0.0.1) and
@@ -128,7 +128,7 @@ options:
     description: C(--kv-cache-dtype) for the canary where the launch flags leave it unset or C(auto) (the tiny models' launch hint).
     type: str
   sglang_version:
-    description: The release's SGLang version, whose log lines RV(evidence) is judged by (module_utils/server_evidence.py).
+    description: The release's SGLang version, whose log lines RV(evidence) is judged by (module_utils/sglang_sm120/serve/evidence.py).
     type: str
     default: ""
 attributes:
@@ -292,8 +292,8 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_client import KeysFileError, read_keys
-from ansible.module_utils.canary import (
+from ansible.module_utils.sglang_sm120.serve.bench_client import KeysFileError, read_keys
+from ansible.module_utils.sglang_sm120.serve.canary import (
     DEFAULT_PROMPTS,
     GPU_QUERY,
     POLICIES,

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_canary_models
 short_description: Generate the tiny models a start canary serves, from the real models' config.json
 description:
-  - Thin wrapper around module_utils/tiny_models.py, run on the host. Reads the real target's
+  - Thin wrapper around module_utils/sglang_sm120/serve/tiny_models.py, run on the host. Reads the real target's
     C(config.json) (and C(hf_quant_config.json)), the real EAGLE-3 draft's C(config.json) and a
     small tokenizer; writes under O(dest) a tiny target (C(target/) with its config, a C(model.safetensors)
     of seeded random weights and the tokenizer's files), a tiny draft (C(draft/)) and the manifest
@@ -165,8 +165,8 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.canary import DRAFT_FLAGS, MODEL_FLAGS, TP_FLAGS, flag_value
-from ansible.module_utils.tiny_models import TinyModelError, UnknownArchitectureError, ensure
+from ansible.module_utils.sglang_sm120.serve.canary import DRAFT_FLAGS, MODEL_FLAGS, TP_FLAGS, flag_value
+from ansible.module_utils.sglang_sm120.serve.tiny_models import TinyModelError, UnknownArchitectureError, ensure
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ DOCUMENTATION = r"""
 module: sglang_health
 short_description: Poll the unit and its /health endpoint for a while
 description:
-  - Thin wrapper around module_utils/service_health.py. Waits up to O(wait_seconds) and returns
+  - Thin wrapper around module_utils/sglang_sm120/serve/health.py. Waits up to O(wait_seconds) and returns
     progress (elapsed, HTTP status, unit state, last journal line); the role calls it again until
     healthy, crashed or past its start timeout. Once the server is healthy (or has crashed), with
     O(sglang_version) and O(argv) it judges the journal since the start with
-    module_utils/server_evidence.py (SGLang's own start-up lines, per version) and returns the verdict
+    module_utils/sglang_sm120/serve/evidence.py (SGLang's own start-up lines, per version) and returns the verdict
     of each optimisation and those switched off.
   - Changes nothing.
 options:
@@ -116,8 +116,8 @@ runtime_findings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.server_evidence import findings, judge, select_lines
-from ansible.module_utils.service_health import journal, poll
+from ansible.module_utils.sglang_sm120.serve.evidence import findings, judge, select_lines
+from ansible.module_utils.sglang_sm120.serve.health import journal, poll
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_import_check
 short_description: Import patched SGLang modules with the release's Python
 description:
-  - Thin wrapper around module_utils/import_check.py. Runs O(python) once and imports every module
+  - Thin wrapper around module_utils/sglang_sm120/patches/import_check.py. Runs O(python) once and imports every module
     with C(importlib.import_module), reporting each; a patch that compiles but raises at import
     (for instance C(NameError)) fails here, before the release can be marked ready.
   - Fails naming each module that does not import, its error and the last 15 lines of its
@@ -86,7 +86,7 @@ imports:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.import_check import (
+from ansible.module_utils.sglang_sm120.patches.import_check import (
     ImportCheckError,
     check_imports,
     failure_message,

@@ -7,13 +7,13 @@ DOCUMENTATION = r"""
 module: sglang_launch_plan
 short_description: Compute and check the launch plan of an SGLang release once
 description:
-  - Thin wrapper around module_utils/launch_plan.py C(make_plan). Merges the launch profile with
+  - Thin wrapper around module_utils/sglang_sm120/launch/plan.py C(make_plan). Merges the launch profile with
     the listen address and O(extra_flags) (last wins), checks the result with the checker of
     C(bin/sglang-flags) against the SGLang in O(sglang) (SGLang's own parser when O(python) can
     import it, else the static table read from its sources), merges the environment parts and
     refuses a secret name in them, and returns one plan that the release key, the unit and the
     benchmark all use.
-  - Then the start gate (module_utils/start_failures.py) when O(start_failures) is given; every
+  - Then the start gate (module_utils/sglang_sm120/launch/start_failures.py) when O(start_failures) is given; every
     entry of that catalogue is evaluated on the plan's flags and environment, the model and draft
     directories the flags name (C(--model-path), C(--speculative-draft-model-path)) read on the host,
     and the host's facts in O(host_facts). A refused entry fails the plan naming it and its fix; a
@@ -209,8 +209,8 @@ plan:
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_plan import LaunchPlanError, make_plan, manifest_digest, planned_patches, write_model_files
-from ansible.module_utils.server_flags import FlagError
+from ansible.module_utils.sglang_sm120.launch.flags import FlagError
+from ansible.module_utils.sglang_sm120.launch.plan import LaunchPlanError, make_plan, manifest_digest, planned_patches, write_model_files
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_launch_verify
 short_description: Check a launch plan with SGLang's own ServerArgs in the release's venv, then the start gate on what it resolved
 description:
-  - Thin wrapper around C(verify_plan) in module_utils/launch_plan.py, run after the release is made
+  - Thin wrapper around C(verify_plan) in module_utils/sglang_sm120/launch/plan.py, run after the release is made
     and before anything starts (no canary, no switch, no restart yet).
   - Under the release venv's Python, SGLang's own C(prepare_server_args) and C(check_server_args)
     (0.5.2x, C(resolve_once)) run on the plan's flags and environment, with the device faked from the
@@ -107,10 +107,10 @@ cached:
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_plan import LaunchPlanError, verify_plan, write_model_files
-from ansible.module_utils.patch_errors import SglangPatchError
-from ansible.module_utils.server_flags import FlagError
-from ansible.module_utils.sglang_venv import find_sglang
+from ansible.module_utils.sglang_sm120.launch.flags import FlagError
+from ansible.module_utils.sglang_sm120.launch.plan import LaunchPlanError, verify_plan, write_model_files
+from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
+from ansible.module_utils.sglang_sm120.release.venv import find_sglang
 
 
 def main() -> None:

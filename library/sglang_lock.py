@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_lock
 short_description: One deploy at a time per host
 description:
-  - Thin wrapper around module_utils/deploy_lock.py. The lock file is a JSON record of its holder
+  - Thin wrapper around module_utils/sglang_sm120/release/lock.py. The lock file is a JSON record of its holder
     (run_id, user, controller, pid and start time of the controller's ansible-playbook process,
     playbook, since), written to a temporary file and hard-linked into place, so it is created
     exclusively and never seen empty.
@@ -129,7 +129,7 @@ removed_holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.deploy_lock import LockError, acquire, break_lock, describe, release
+from ansible.module_utils.sglang_sm120.release.lock import LockError, acquire, break_lock, describe, release
 
 
 def main() -> None:

@@ -89,10 +89,10 @@ pristine:
 import base64
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.patch_errors import SglangPatchError
-from ansible.module_utils.patch_manifest import load_manifest
-from ansible.module_utils.sglang_patches import pristine_sources
-from ansible.module_utils.sglang_venv import find_sglang
+from ansible.module_utils.sglang_sm120.patches.engine import pristine_sources
+from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
+from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
+from ansible.module_utils.sglang_sm120.release.venv import find_sglang
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_patch
 short_description: Apply or revert the SGLang source patches of files/patches
 description:
-  - Thin wrapper around module_utils/sglang_patches.py (see files/patches/README.md).
+  - Thin wrapper around module_utils/sglang_sm120/patches/engine.py (see files/patches/README.md).
   - Every target's sha256 is checked against the manifest before anything is written; the whole
     selection is applied in memory first, so one failing patch changes no file.
   - Idempotent from the recorded state and hashes; drift and unknown SGLang versions are refused.
@@ -110,9 +110,9 @@ patches:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.patch_errors import SglangPatchError
-from ansible.module_utils.patch_manifest import load_manifest
-from ansible.module_utils.sglang_patches import apply, revert
+from ansible.module_utils.sglang_sm120.patches.engine import apply, revert
+from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
+from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ description:
     variable fails). Meant to run on the controller (delegated to localhost), whose Python has
     jinja2, so the GPU host needs none. Changes nothing.
   - With O(pristine), applies each rendered diff in memory to the target's pristine bytes and runs
-    pyflakes on the result and on the pristine file (module_utils/patch_lint.py); fails, naming the
+    pyflakes on the result and on the pristine file (module_utils/sglang_sm120/patches/lint.py); fails, naming the
     patch, the file and the line, when the patch adds a message such as an undefined name. Needs
     pyflakes in the controller's Python (requirements.txt).
 options:
@@ -84,9 +84,9 @@ import base64
 import binascii
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.patch_errors import SglangPatchError
-from ansible.module_utils.patch_manifest import load_manifest
-from ansible.module_utils.sglang_patches import prove_rendered, render_selected
+from ansible.module_utils.sglang_sm120.patches.engine import prove_rendered, render_selected
+from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
+from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ description:
     each path), total memory, and, when O(gpu_required=true), the GPUs reported by
     C(nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv,noheader).
   - Reports every problem at once, each saying what was expected and what was found.
-  - Also gathers the host's facts the start-failure catalogue reads (module_utils/host_facts.py),
+  - Also gathers the host's facts the start-failure catalogue reads (module_utils/sglang_sm120/host/facts.py),
     namely the GPU link matrix (C(nvidia-smi topo -m)), the NVIDIA kernel module
     (C(/proc/driver/nvidia/version)), the IOMMU (C(/proc/cmdline), C(/sys/kernel/iommu_groups)),
     ACS redirect on PCI bridges (C(lspci -vvv), as root) and FlashInfer's JIT toolchain (nvcc,
@@ -230,11 +230,11 @@ import json
 import os
 from pathlib import Path
 
-from ansible.module_utils.atomic_files import atomic_write
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_checks import DiskNeed, check_disk, check_memory
-from ansible.module_utils.host_facts import DEFAULT_CUDA_HOME, gather
-from ansible.module_utils.nvidia_smi import QUERY_ARGS, GpuExpectation, gpu_report
+from ansible.module_utils.sglang_sm120.files import atomic_write
+from ansible.module_utils.sglang_sm120.host.facts import DEFAULT_CUDA_HOME, gather
+from ansible.module_utils.sglang_sm120.host.nvidia_smi import QUERY_ARGS, GpuExpectation, gpu_report
+from ansible.module_utils.sglang_sm120.host.resources import DiskNeed, check_disk, check_memory
 
 
 def read_text(path: str) -> str:

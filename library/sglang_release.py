@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_release
 short_description: Manage versioned SGLang releases and the current symlink
 description:
-  - Thin wrapper around module_utils/releases.py. C(releases.json) is the explicit record of the order,
+  - Thin wrapper around module_utils/sglang_sm120/release/records.py. C(releases.json) is the explicit record of the order,
     the state of each release (building, ready, good, bad), current and last known-good.
 options:
   root:
@@ -98,7 +98,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.releases import ReleaseError, Releases, release_key
+from ansible.module_utils.sglang_sm120.release.records import ReleaseError, Releases, release_key
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_release_install
 short_description: Install exactly the verified wheels into a release venv, then read them back
 description:
-  - Thin wrapper around module_utils/installed.py, run on the host.
+  - Thin wrapper around module_utils/sglang_sm120/release/install.py, run on the host.
   - Installs the FILES of each artifact's verified wheels from the host wheelhouse (paths, never
     names resolved by pip against a wheelhouse where an upstream manylinux wheel of the same
     version would win), with C(--no-index); with O(install_deps) their own requirements come
@@ -19,7 +19,7 @@ description:
     spec's verify rules.
   - O(install=false) only reads back (an existing venv against the given artifacts).
   - Then checks that every ELF shared object and executable in the venv's site-packages can load on
-    this host (module_utils/elf_closure.py) - each DT_NEEDED resolved as ld.so would, through the
+    this host (module_utils/sglang_sm120/build/elf_closure.py) - each DT_NEEDED resolved as ld.so would, through the
     object's RPATH/RUNPATH (C($ORIGIN) expanded), O(library_dirs), the libraries of torch/lib and
     nvidia/*/lib (the venv's, and those of the directories its .pth files add, e.g. a shared runtime's torch),
     the ld.so.cache and the default directories, glibc and the NVIDIA driver's
@@ -155,8 +155,15 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.elf_closure import ClosureError, pth_dirs, scan_venv
-from ansible.module_utils.installed import InstallError, constraints_text, install_argv, read_back, release_wheels, site_packages
+from ansible.module_utils.sglang_sm120.build.elf_closure import ClosureError, pth_dirs, scan_venv
+from ansible.module_utils.sglang_sm120.release.install import (
+    InstallError,
+    constraints_text,
+    install_argv,
+    read_back,
+    release_wheels,
+    site_packages,
+)
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ DOCUMENTATION = r"""
 module: sglang_report
 short_description: Summarize benchmark runs, judge baseline vs speculative, write the release report
 description:
-  - Thin wrapper around module_utils/bench_report.py, run on the host (standard library only).
+  - Thin wrapper around module_utils/sglang_sm120/serve/report.py, run on the host (standard library only).
   - Reads every run file and evidence file first (a missing or malformed one fails before anything is
     written), then records the figures in the release's manifest.json and its releases.json entry,
     and writes report.json and report.md into O(report_dir) together (a temporary directory swapped in).
-  - The chart (chart.png) is drawn on the controller from report.json by module_utils/bench_chart.py
+  - The chart (chart.png) is drawn on the controller from report.json by module_utils/sglang_sm120_controller/chart.py
     (matplotlib); the host needs no plotting library.
   - Each optimisation the flags ask for is reported C(yes), C(no) or C(unknown) with its evidence;
     C(yes) only when the server showed it (see O(evidence)).
@@ -144,7 +144,8 @@ import json
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_report import (
+from ansible.module_utils.sglang_sm120.release.records import ReleaseError, Releases
+from ansible.module_utils.sglang_sm120.serve.report import (
     BenchError,
     build_report,
     figure_lines,
@@ -157,7 +158,6 @@ from ansible.module_utils.bench_report import (
     verdict,
     write_report_dir,
 )
-from ansible.module_utils.releases import ReleaseError, Releases
 
 
 def main() -> None:

@@ -22,11 +22,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
-from patch_manifest import load_manifest  # noqa: E402
-from sglang_audit import audit  # noqa: E402
-from sglang_patches import apply, revert  # noqa: E402
+from sglang_sm120.patches.audit import audit  # noqa: E402
+from sglang_sm120.patches.engine import apply, revert  # noqa: E402
+from sglang_sm120.patches.manifest import load_manifest  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang"
 GOAL_S = 2.0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The start canary's own code (module_utils/canary.py) driving a REAL SGLang server on a GPU machine.
+"""The start canary's own code (module_utils/sglang_sm120/serve/canary.py) driving a REAL SGLang server on a GPU machine.
 
 Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>-canary/ is
 made (its README says when and where). On a machine with a GPU, torch and an SGLang release importable
@@ -9,7 +9,7 @@ made (its README says when and where). On a machine with a GPU, torch and an SGL
 
 It does what the deploy's canary step does (role sglang_canary, module sglang_canary), with the same
 functions, for a release whose launch plan is the eagle3 profile on one GPU:
-  1. tiny models of Kimi-K2.5 (module_utils/tiny_models.py, from tests/data/models/) and their hints;
+  1. tiny models of Kimi-K2.5 (module_utils/sglang_sm120/serve/tiny_models.py, from tests/data/models/) and their hints;
   2. "serving": a process that holds the GPU's memory except --hold-free-gib, standing in for the
      serving server; the GPUs' memory read with nvidia-smi (canary.GPU_QUERY) and the placement decided
      by canary.place (policy auto, sglang_canary_min_free_mib 16384);
@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sglang_sm120.serve import (
+    canary,
+    tiny_models,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
-
-import canary  # noqa: E402
-import tiny_models  # noqa: E402
-
 KEY = "proof-" + os.urandom(12).hex()
 HOLDER = """
 import sys, time, torch

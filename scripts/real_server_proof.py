@@ -8,12 +8,12 @@ release importable (e.g. PYTHONPATH=<unpacked bundle>), from the repository root
     python3 scripts/real_server_proof.py --out DIR [--shape kimi|llama] [--start-budget 300]
 
 and does, with the project's code only:
-  1. tiny models of the target's architecture (module_utils/tiny_models.py) from the configs in
+  1. tiny models of the target's architecture (module_utils/sglang_sm120/serve/tiny_models.py) from the configs in
      tests/data/models/ (kimi: Kimi-K2.5's DeepSeek-V3 text model with MLA and MoE, and its EAGLE-3
      draft; llama: a Llama-3.1-8B-shaped pair);
   2. an API-keys file as the sglang_service role writes it, and the server started as the unit starts
-     it with a key: module_utils/key_redactor.py running `python -m sglang.launch_server ... --config`;
-  3. the start watched with the health gate's probe (module_utils/service_health.py): every probe's
+     it with a key: roles/sglang_service/files/key_redactor.py running `python -m sglang.launch_server ... --config`;
+  3. the start watched with the health gate's probe (module_utils/sglang_sm120/serve/health.py): every probe's
      time, status and phase, until healthy, exited or out of budget;
   4. once healthy: each endpoint with and without the key, the toolkit client's run (per-request
      accept length), the counters reset and SGLang's own bench_serving (server accept length), the
@@ -37,14 +37,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
+from sglang_sm120.serve import (
+    bench_client,
+    tiny_models,
+)
+from sglang_sm120.serve import health as service_health
+from sglang_sm120.serve import report as bench_report
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
-
-import service_health  # noqa: E402
-import tiny_models  # noqa: E402
-
-import bench_client  # noqa: E402
-import bench_report  # noqa: E402
 
 KEY = "proof-" + os.urandom(12).hex()  # a throwaway key: the scan below looks for it everywhere
 SHAPES = {
@@ -155,7 +155,7 @@ def main() -> int:
     argv = flags(target, draft, keys)
     argv[-2:-2] = args.extra.split()  # before --config, which must stay last for the judge below
     server = [sys.executable, "-m", "sglang.launch_server", *argv]
-    command = [sys.executable, str(ROOT / "module_utils/key_redactor.py"), str(keys), "--", *server]
+    command = [sys.executable, str(ROOT / "roles/sglang_service/files/key_redactor.py"), str(keys), "--", *server]
     env = {**os.environ, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     summary["argv"] = [a if a != str(keys) else "<keys file>" for a in argv]
     log = (out / "server.log").open("wb")
@@ -180,14 +180,14 @@ def main() -> int:
         summary["toolkit_client"] = {"rc": rc, "seconds": round(time.monotonic() - t, 1), **{k: fig.get(k) for k in
                                      ("ok", "output_tok_s", "accept_length", "accept_source", "accept_note", "completed")}}  # fmt: skip
         reset = subprocess.run(
-            [sys.executable, str(ROOT / "module_utils/bench_client.py"), "--reset-accept-counters", "--url", URL,
+            [sys.executable, str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py"), "--reset-accept-counters", "--url", URL,
              "--keys-file", str(keys), "--prompts", prompts],
             capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
         summary["reset"] = {"rc": reset.returncode, "stdout": reset.stdout[-500:], "stderr": reset.stderr[-500:]}
         t = time.monotonic()
         bench = subprocess.run(
-            [sys.executable, str(ROOT / "module_utils/bench_client.py"), "--keys-file", str(keys),
+            [sys.executable, str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py"), "--keys-file", str(keys),
              "--redact-after", str(out / "bench.jsonl"), "--exec", "--",
              sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(PORT),
              "--dataset-name", "sharegpt", "--dataset-path", prompts, "--num-prompts", "16", "--sharegpt-output-len", "64",

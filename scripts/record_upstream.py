@@ -5,7 +5,7 @@
 
 For every entry of the index whose repository has a mirror, reads `git show <tag>:<path>`, and
 writes the entry as recorded: the commit the tag names, the file's sha256 and size, and what
-module_utils/upstream_reference.py extracts from it. An entry that cannot be read at its tag stays
+module_utils/sglang_sm120_controller/rehearsal/upstream.py extracts from it. An entry that cannot be read at its tag stays
 (or becomes) unchecked with the reason. The verbatim files go to
 $SGLANG_TOOLKIT_CACHE/upstream/<repo>/<tag>/<path> (.cache, not committed), where
 tests/test_upstream_reference.py checks them against the index when they are there.
@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
 import yaml  # noqa: E402
-from upstream_reference import extract, sha256_of  # noqa: E402
+
+from sglang_sm120_controller.rehearsal.upstream import extract, sha256_of  # noqa: E402
 
 INDEX = ROOT / "tests" / "data" / "upstream" / "index.yml"
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "upstream"

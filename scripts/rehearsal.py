@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
 import yaml  # noqa: E402
-from installed import site_packages  # noqa: E402
-from rehearsal import (  # noqa: E402
+
+from sglang_sm120.build.pipeline import (  # noqa: E402
+    BuildSpecError,
+    SharedObject,
+    plan,
+    verify_wheel,
+    wheel_name_version,
+)
+from sglang_sm120.release.install import site_packages  # noqa: E402
+from sglang_sm120_controller.rehearsal.build import (  # noqa: E402
     Outcome,
     arch_origin,
     build_in_process,
@@ -61,16 +68,8 @@ from rehearsal import (  # noqa: E402
     verify_standin,
     write_standin_tree,
 )
-from release_rehearsal import check_imports, closures_for_pythons  # noqa: E402
-from upstream_reference import load_reference  # noqa: E402
-
-from build_pipeline import (  # noqa: E402
-    BuildSpecError,
-    SharedObject,
-    plan,
-    verify_wheel,
-    wheel_name_version,
-)
+from sglang_sm120_controller.rehearsal.release import check_imports, closures_for_pythons  # noqa: E402
+from sglang_sm120_controller.rehearsal.upstream import load_reference  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 WORK = CACHE / "rehearsal"
@@ -263,7 +262,7 @@ def main(argv: list[str]) -> int:
         for item in items:
             outcome = results.get(item["name"]) or Outcome(f"build {item['name']}", False, "not run")
             report(outcome)
-        from rehearsal import artifact_records
+        from sglang_sm120_controller.rehearsal.build import artifact_records
 
         records = artifact_records(host, items)
         for name in trees:
@@ -297,7 +296,7 @@ def main(argv: list[str]) -> int:
     if not args.reduced and "sglang" in by_name:
         host = WORK / "host"
         items = [p.to_dict() for p in plan(rehearsed, context)]
-        from rehearsal import artifact_records
+        from sglang_sm120_controller.rehearsal.build import artifact_records
 
         records = artifact_records(host, items)
         wanted = [i["name"] for i in items if i["spec"].get("install", True)]
@@ -353,7 +352,7 @@ def main(argv: list[str]) -> int:
 
 
 def _wheel_info(record: dict[str, Any]) -> dict[str, str]:
-    from build_pipeline import wheel_name_version
+    from sglang_sm120.build.pipeline import wheel_name_version
 
     return {"version": wheel_name_version(record["installs"][0])[1]}
 

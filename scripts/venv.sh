@@ -19,4 +19,8 @@ fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt
+# The toolkit's own Python: module_utils/ is the one package root (sglang_sm120 ships to hosts,
+# sglang_sm120_controller stays here); bin/, scripts/, the lookup plugins and pytest import it from here.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n' "$(cd "$(dirname "$0")/.." && pwd)/module_utils" > "$site/sglang_sm120.pth"
 cp requirements.txt "$venv/.requirements"

@@ -1,15 +1,14 @@
-"""Shared fixtures: module_utils on the import path, the controller's real CUDA toolkit."""
+"""Shared fixtures: the controller's real CUDA toolkit, the stack's values (the toolkit's package root,
+module_utils/, is on the import path through the controller venv: scripts/venv.sh)."""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -26,11 +26,11 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-import bench_client
-from bench_report import ACCEPT_SOURCE_BENCH_SERVING, figure_lines, from_bench_serving, render_markdown, summarize
 from conftest import DATA, ROOT
+from sglang_sm120.serve import bench_client
+from sglang_sm120.serve.report import ACCEPT_SOURCE_BENCH_SERVING, figure_lines, from_bench_serving, render_markdown, summarize
 
-CLIENT = ROOT / "module_utils/bench_client.py"
+CLIENT = ROOT / "module_utils/sglang_sm120/serve/bench_client.py"
 PROMPTS = ROOT / "files/benchmark/prompts.json"
 
 

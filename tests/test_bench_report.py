@@ -1,4 +1,4 @@
-"""Benchmark figures, verdict and gate, report (module_utils/bench_report.py), the controller's
+"""Benchmark figures, verdict and gate, report (module_utils/sglang_sm120/serve/report.py), the controller's
 matplotlib chart (bench_chart.py), and the toolkit's client against the stand-in server on 127.0.0.1.
 
 tests/data/bench/standin-*.json are runs recorded by the toolkit's client against the stand-in
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from test_service_support import free_port
 
-import bench_chart
-import bench_client
-from bench_report import (
+from conftest import DATA, ROOT
+from sglang_sm120.serve import bench_client
+from sglang_sm120.serve.report import (
     BenchError,
     build_report,
     effective_optimisations,
@@ -36,7 +36,7 @@ from bench_report import (
     verdict,
     write_report_dir,
 )
-from conftest import DATA, ROOT
+from sglang_sm120_controller import chart as bench_chart
 
 BENCH = DATA / "bench"
 SGLANG_0_5_9 = ROOT / ".cache/sglang/0.5.9/sglang"
@@ -227,7 +227,7 @@ MANIFEST = {
         "profile": "eagle3",
         "argv": ["--speculative-algorithm", "EAGLE3", "--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion", "--tp-size", "8"],
         "flag_warnings": ["--enable-flashinfer-allreduce-fusion is a no-op on SM120: gated to SM90/SM100"],
-        # As the launch plan's start gate records it (module_utils/launch_plan.py start_gate).
+        # As the launch plan's start gate records it (module_utils/sglang_sm120/launch/plan.py start_gate).
         "start_gate": {
             "summary": "25 known start failures checked (SGLang 0.5.9, capability 12.0): 20 ok, 1 unknown, 4 n/a",
             "counts": {"ok": 20, "unknown": 1, "n/a": 4},
@@ -490,7 +490,7 @@ def test_importing_the_chart_module_needs_no_matplotlib() -> None:
     probe = "import sys; sys.modules['matplotlib'] = None; import bench_chart; print(bench_chart.series({})['releases'])"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "module_utils", capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
-    assert "ansible" not in (ROOT / "module_utils/bench_chart.py").read_text()
+    assert "ansible" not in (ROOT / "module_utils/sglang_sm120_controller/chart.py").read_text()
 
 
 # ------------------------------------------------------------------ the client
@@ -574,7 +574,7 @@ def test_the_client_reports_a_server_that_does_not_answer(tmp_path: Path) -> Non
 def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path) -> None:
     from test_modules import run_module
 
-    from releases import Releases
+    from sglang_sm120.release.records import Releases
 
     releases = Releases(tmp_path / "opt")
     rid = releases.create("f" * 64, {})
@@ -632,7 +632,7 @@ def test_the_api_key_comes_from_the_keys_file_never_the_command_line(tmp_path: P
     keys.write_text('# managed\n---\napi-key: "k\\"ey\\\\1"\nadmin-api-key: "adm"\n')
     assert bench_client.read_keys(str(keys)) == {"api-key": 'k"ey\\1', "admin-api-key": "adm"}
     assert bench_client.read_keys(str(tmp_path / "absent.yaml")) == {}
-    client = str(ROOT / "module_utils/bench_client.py")
+    client = str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py")
     probe = "import os, sys; print(os.environ.get('OPENAI_API_KEY')); print(' '.join(sys.argv[1:]))"
     proc = subprocess.run(
         [sys.executable, client, "--keys-file", str(keys), "--exec", "--", sys.executable, "-c", probe, "--port", "1"],
@@ -651,7 +651,7 @@ def test_a_keys_file_the_service_did_not_write_is_refused_naming_file_and_line(t
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "module_utils/bench_client.py"),
+            str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py"),
             "--keys-file",
             str(keys),
             "--evidence",
@@ -676,7 +676,7 @@ def test_bench_serving_output_keeps_no_key_the_server_echoed(tmp_path: Path) -> 
         "open(sys.argv[1], 'w').write(json.dumps({'server_info': {'api_key': k, 'admin_api_key': 'adm-1', "
         "'internal_states': [{'api_key': k}]}, 'duration': 1.0}) + '\\n'); sys.exit(4)"
     )
-    client = str(ROOT / "module_utils/bench_client.py")
+    client = str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py")
     proc = subprocess.run(
         [
             sys.executable,

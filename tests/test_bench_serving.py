@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_service_support import free_port
 
-import bench_client
-from bench_report import ACCEPT_SOURCE_BENCH_SERVING, load_run, summarize
 from conftest import ROOT
+from sglang_sm120.serve import bench_client
+from sglang_sm120.serve.report import ACCEPT_SOURCE_BENCH_SERVING, load_run, summarize
 
 PROMPTS = ROOT / "files/benchmark/prompts.json"
 TOKENIZER = ROOT / "files/tokenizer"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from build_pipeline import plan
 from conftest import ROOT
+from sglang_sm120.build.pipeline import plan
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sm120-probe"
 CONTEXT = {"cuda_version": "13.0.1", "nvcc_build": "V13.0.88", "cuda_home": "/usr/local/cuda-13.0", "arch": "12.0"}

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from build_pipeline import (
+from conftest import ROOT
+from sglang_sm120.build.pipeline import (
     BuildError,
     BuildSpecError,
     attached,
@@ -28,7 +29,6 @@ from build_pipeline import (
     wait,
     work_dir,
 )
-from conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sm120-probe"
 CACHE_DIR = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
@@ -556,7 +556,7 @@ def test_production_specs_declare_what_the_real_sources_need(specs: list[dict[st
 
 def test_pypi_sgl_kernel_is_refused_by_the_local_version_label() -> None:
     """PyPI's sgl-kernel 0.3.21 (CUDA 12.9, manylinux) cannot pass for our +cu130 build."""
-    from build_pipeline import check_local_version
+    from sglang_sm120.build.pipeline import check_local_version
 
     real = CACHE_DIR / "real-wheels" / "sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl"
     with pytest.raises(BuildError, match=r"sgl_kernel-0\.3\.21-cp310-abi3-manylinux2014_x86_64\.whl has version 0\.3\.21"):

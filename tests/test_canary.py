@@ -1,4 +1,4 @@
-"""module_utils/canary.py against the real stand-in server (a subprocess on a free port), and its flags."""
+"""module_utils/sglang_sm120/serve/canary.py against the real stand-in server (a subprocess on a free port), and its flags."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import canary
 import pytest
 
 from conftest import ROOT
+from sglang_sm120.serve import canary
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
 FAST = {

@@ -14,8 +14,17 @@ from typing import Any
 import pytest
 import yaml
 
-from build_pipeline import BuildError, BuildSpecError, SharedObject, check_objects, cuobjdump_code, gpu_code, plan, verify_wheel
 from conftest import CACHE, DATA, ROOT
+from sglang_sm120.build.pipeline import (
+    BuildError,
+    BuildSpecError,
+    SharedObject,
+    check_objects,
+    cuobjdump_code,
+    gpu_code,
+    plan,
+    verify_wheel,
+)
 
 WHEELS = CACHE / "real-wheels"
 SGL_KERNEL_SM120 = ["sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/sm90/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"]

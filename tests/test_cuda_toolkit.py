@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from build_pipeline import gpu_code as gpu_targets
 from conftest import CACHE, ROOT, stack_value
-from cuda_toolkit import (
+from sglang_sm120.build.pipeline import gpu_code as gpu_targets
+from sglang_sm120.host.cuda_toolkit import (
     CudaToolkitError,
     component_pins,
     identify_toolkit,

@@ -1,4 +1,5 @@
-"""Every library a release venv installs can load on the host (module_utils/elf_closure.py), tried on ELF files gcc builds here.
+"""Every library a release venv installs can load on the host (module_utils/sglang_sm120/build/elf_closure.py),
+tried on ELF files gcc builds here.
 
 A small venv is laid out as pip would (packages, *.dist-info with METADATA and RECORD): torch/lib with
 libc10.so and libtorch_cuda.so (needing libcudart.so.13, which the CUDA-13 host's lib64 provides), a
@@ -16,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from elf_closure import ClosureError, check_venv, describe, read_elf, read_ld_cache, role_allowlist, scan_venv
 
 from conftest import ROOT
+from sglang_sm120.build.elf_closure import ClosureError, check_venv, describe, read_elf, read_ld_cache, role_allowlist, scan_venv
 
 GCC = shutil.which("gcc")
 pytestmark = pytest.mark.skipif(GCC is None, reason="gcc is needed to build the ELF test files")
@@ -317,7 +318,7 @@ def test_the_release_install_module_fails_naming_package_and_library_then_passes
 def test_a_runtime_the_venv_adds_through_a_pth_file_provides_its_torch(tmp_path: Path) -> None:
     """The lab's release venvs import torch from a shared runtime listed in a .pth file (sglang_release_site_packages):
     its torch/lib counts as loaded, as the venv's own would; the runtime's other objects are not the release's."""
-    from elf_closure import pth_dirs
+    from sglang_sm120.build.elf_closure import pth_dirs
 
     runtime = tmp_path / "runtime" / "site-packages"
     c10 = build(runtime / "torch/lib/libc10.so", "libc10.so")

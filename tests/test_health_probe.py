@@ -1,4 +1,4 @@
-"""module_utils/service_health.py: the health gate as a real SGLang start looks from outside: the port
+"""module_utils/sglang_sm120/serve/health.py: the health gate as a real SGLang start looks from outside: the port
 closed while the model loads, 503 during SGLang's own warm-up, a /health that takes its time."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import service_health
+
+from sglang_sm120.serve import health as service_health
 
 
 class Slow(BaseHTTPRequestHandler):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from host_checks import DiskNeed, check_disk, check_memory, nearest_existing, parse_meminfo
+from sglang_sm120.host.resources import DiskNeed, check_disk, check_memory, nearest_existing, parse_meminfo
 
 MEMINFO = "MemTotal:       24608116 kB\nMemFree:        23000000 kB\nHugePages_Total:       0\n"
 

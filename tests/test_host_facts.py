@@ -1,4 +1,4 @@
-"""The host's facts (module_utils/host_facts.py): each parser on the real H200 captures and on
+"""The host's facts (module_utils/sglang_sm120/host/facts.py): each parser on the real H200 captures and on
 hosts built from their format (tests/data/host-facts/README.md says which is which), malformed
 input, gathering through stand-in commands and files, and a gathered result read back as a
 --host-facts file and evaluated by the start-failure catalogue."""
@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import pytest
-from host_facts import (
+
+from conftest import DATA
+from sglang_sm120.host.facts import (
     FACT_KEYS,
     FACTS,
     GatheredFacts,
@@ -30,10 +32,8 @@ from host_facts import (
     pcie_only,
     strip_ansi,
 )
-from start_failures import Context, evaluate_entry, load_catalogue, parse_argv, parse_host_facts, read_host_facts
-
-from conftest import DATA
-from nvidia_smi import parse_query_output
+from sglang_sm120.host.nvidia_smi import parse_query_output
+from sglang_sm120.launch.start_failures import Context, evaluate_entry, load_catalogue, parse_argv, parse_host_facts, read_host_facts
 
 HF = DATA / "host-facts"
 H200 = HF / "h200-real"

@@ -1,8 +1,9 @@
-"""module_utils/key_redactor.py: the unit's launcher when API keys are set. It must keep every key out
+"""roles/sglang_service/files/key_redactor.py: the unit's launcher when API keys are set. It must keep every key out
 of what the server prints, lose none of the server's output, and behave as the server to systemd."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -11,11 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-import key_redactor
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAUNCHER = ROOT / "module_utils" / "key_redactor.py"
+# A script of the role that installs it, run on the host by the release's Python: loaded from its file.
+LAUNCHER = ROOT / "roles" / "sglang_service" / "files" / "key_redactor.py"
+_spec = importlib.util.spec_from_file_location("key_redactor", LAUNCHER)
+key_redactor = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(key_redactor)
 KEY = "sk-test-1234567890abcdef"
 ADMIN = "adm'in\"key\\x"
 
@@ -146,7 +150,7 @@ def test_the_roles_keys_file_is_read_alike_by_sglang_the_launcher_and_the_benchm
 
     import jinja2
 
-    import bench_client
+    from sglang_sm120.serve import bench_client
 
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True)
     env.filters["to_json"] = json.dumps

@@ -1,4 +1,4 @@
-"""The launch plan (module_utils/launch_plan.py): one merge, one check, one argv for the release
+"""The launch plan (module_utils/sglang_sm120/launch/plan.py): one merge, one check, one argv for the release
 key, the unit and the benchmark. Checked against the real SGLang 0.5.9 wheel (static table)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launch_plan import LaunchPlanError, make_plan, manifest_digest, merge_env, merge_flags, planned_patches
-from sglang_compat import render_profile
 
 from conftest import CACHE, ROOT
-from server_flags import exec_start
+from sglang_sm120.launch.flags import exec_start
+from sglang_sm120.launch.plan import LaunchPlanError, make_plan, manifest_digest, merge_env, merge_flags, planned_patches
+from sglang_sm120_controller.compat import render_profile
 
 SERVICE = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
 STACK = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
@@ -121,7 +121,7 @@ def test_the_plan_is_computed_in_one_place_only() -> None:
 
 
 def test_a_plan_checked_once_is_read_back_for_the_same_inputs_only(tmp_path, monkeypatch) -> None:
-    import launch_plan
+    from sglang_sm120.launch import plan as launch_plan
 
     first = plan(cache=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 1

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from launch_plan import LaunchPlan, LaunchPlanError, _verify_key, start_gate, verify_plan
 from test_launch_plan import CATALOGUE, HOST_8X, STACK, WHEEL_059
 from test_launch_plan import plan as typed_plan
 
 from conftest import ROOT
+from sglang_sm120.launch.plan import LaunchPlan, LaunchPlanError, _verify_key, start_gate, verify_plan
 
 # What the lab gives for the model paths (inventory/lab/group_vars/lab/build.yml): the Kimi config
 # files with the TEST FIXTURE stand-in for its remote code, and the draft's config.

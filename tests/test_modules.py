@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import yaml
-from host_facts import FACTS
-from start_failures import read_host_facts
 
 from conftest import DATA, ROOT
+from sglang_sm120.host.facts import FACTS
+from sglang_sm120.launch.start_failures import read_host_facts
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA
-from nvidia_smi import (
+from sglang_sm120.host.nvidia_smi import (
     GpuExpectation,
     NvidiaSmiParseError,
     check_gpus,

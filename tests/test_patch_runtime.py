@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from conftest import DATA, ROOT
-from import_check import check_imports, failure_message, module_name
-from patch_errors import LintError
-from patch_manifest import load_manifest
-from sglang_patches import apply
+from sglang_sm120.patches.engine import apply
+from sglang_sm120.patches.errors import LintError
+from sglang_sm120.patches.import_check import check_imports, failure_message, module_name
+from sglang_sm120.patches.manifest import load_manifest
 
 PATCHES = ROOT / "files" / "patches"
 OLD_SYMM_TEMPLATE = DATA / "patches" / "torch_symm_mem_sm120.old-mib.diff.j2"

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from patch_manifest import load_manifest
-from sglang_audit import audit
-from sglang_patches import apply, revert
+from sglang_sm120.patches.audit import audit
+from sglang_sm120.patches.engine import apply, revert
+from sglang_sm120.patches.manifest import load_manifest
 
 KIMI = "KimiK25ForConditionalGeneration"
 

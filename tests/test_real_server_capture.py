@@ -11,9 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import server_evidence
-
-import bench_report
+from sglang_sm120.serve import evidence as server_evidence
+from sglang_sm120.serve import report as bench_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = ROOT / "tests/data/real-server/0.5.13-h200-toolkit"
@@ -102,7 +101,7 @@ def _canary_lines(run: str) -> list[str]:
 
 
 def test_the_canary_caught_a_backend_without_kernels_after_the_load_in_a_minute() -> None:
-    import canary
+    from sglang_sm120.serve import canary
 
     result = json.loads((CANARY / "fails" / "result.json").read_text())
     assert not result["ok"] and result["phase"] == "exited" and result["healthy_at"] is None and result["port_open_at"] is None
@@ -122,7 +121,7 @@ def test_the_canary_caught_a_backend_without_kernels_after_the_load_in_a_minute(
 
 
 def test_the_canary_served_beside_a_process_holding_the_gpu_and_showed_its_backends() -> None:
-    import canary
+    from sglang_sm120.serve import canary
 
     result = json.loads((CANARY / "serves" / "result.json").read_text())
     assert result["ok"] and result["phase"] == "served" and [p for p, _ in result["phases"]] == ["port closed", "503", "healthy"]
@@ -146,7 +145,7 @@ def _gib(lines: list[str], pattern: str) -> float:
 
 
 def test_sglang_sized_the_canary_from_the_memory_free_at_its_start_as_placement_assumes() -> None:
-    import canary
+    from sglang_sm120.serve import canary
 
     held = canary.parse_gpu_memory(CANARY_SUMMARY["holder"]["nvidia_smi"])
     placement = canary.place("auto", held, [0], 0.1, 16384)

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from rehearsal import (
+
+from conftest import CACHE, ROOT, by_name
+from sglang_sm120.build.pipeline import plan
+from sglang_sm120_controller.rehearsal.build import (
     RehearsalError,
     arch_origin,
     build_in_process,
@@ -47,10 +50,7 @@ from rehearsal import (
     verify_standin,
     write_standin_tree,
 )
-from upstream_reference import load_reference
-
-from build_pipeline import plan
-from conftest import CACHE, ROOT, by_name
+from sglang_sm120_controller.rehearsal.upstream import load_reference
 
 FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
 INDEX = ROOT / "tests/data/upstream/index.yml"
@@ -237,7 +237,7 @@ def test_cuda_arch_that_drops_suffixes_fails(tmp_path: Path, real_sgl_kernel: tu
     copy_root = tmp_path / "repo"
     shutil.copytree(ROOT / "bin", copy_root / "bin")
     shutil.copytree(ROOT / "module_utils", copy_root / "module_utils", ignore=shutil.ignore_patterns("__pycache__"))
-    reader = copy_root / "module_utils/build_pipeline.py"
+    reader = copy_root / "module_utils/sglang_sm120/build/pipeline.py"
     text = reader.read_text()
     dropped = re.sub(r'found\.append\(f"sm_\{arch\}" \+ \([^\n]*\)\)', 'found.append(f"sm_{arch}")', text)
     assert dropped != text, "the suffix code of the fatbin reader moved: update this test"
@@ -361,7 +361,7 @@ def test_dependency_install_without_no_deps_fails_the_build(
     standins: dict[str, Any], tmp_path: Path, cuda_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The defect: the built torch installed with --no-index but without --no-deps stops at its own requirements."""
-    import build_pipeline
+    from sglang_sm120.build import pipeline as build_pipeline
 
     root = tmp_path / "host"
     torch_item = torch_artifact(standins, root, tmp_path)

@@ -7,11 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from installed import InstallError, constraints_text, install_argv, read_back, release_wheels
 from test_build_pipeline import build_probe, tiny_wheel
 
-from build_pipeline import file_sha256
 from conftest import CACHE
+from sglang_sm120.build.pipeline import file_sha256
+from sglang_sm120.release.install import InstallError, constraints_text, install_argv, read_back, release_wheels
 
 SGLANG_WHEEL = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
 

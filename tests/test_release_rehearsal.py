@@ -1,4 +1,4 @@
-"""make rehearsal, the release further (module_utils/release_rehearsal.py, issue 23 items 3 and 4): the imports a
+"""make rehearsal, the release further (module_utils/sglang_sm120_controller/rehearsal/release.py, issue 23 items 3 and 4): the imports a
 CPU host allows in the release venv, sglang's closure for every host Python, and the CUDA-12 torchvision put back.
 
 pip's own output is read from recordings under tests/data/release-rehearsal (a real --report of the closure for
@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from rehearsal import RehearsalError, check_release
-from release_rehearsal import (
+
+from conftest import ROOT
+from sglang_sm120_controller.rehearsal.build import RehearsalError, check_release
+from sglang_sm120_controller.rehearsal.release import (
     IMPORTS,
     check_imports,
     check_python_closure,
@@ -31,8 +33,6 @@ from release_rehearsal import (
     supported_pythons,
     unresolved,
 )
-
-from conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "release-rehearsal"
 PREFLIGHT = yaml.safe_load((ROOT / "roles" / "preflight" / "defaults" / "main.yml").read_text())
@@ -88,7 +88,7 @@ def _wheel(directory: Path, dist: str, version: str, tag: str) -> Path:
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
     }
-    from release_rehearsal import _record_line
+    from sglang_sm120_controller.rehearsal.release import _record_line
 
     files[f"{info}/RECORD"] = ("".join(_record_line(n, d) + "\n" for n, d in files.items()) + f"{info}/RECORD,,\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def test_a_retagged_wheel_is_taken_for_its_python_and_stays_a_valid_wheel(tmp_pa
     with zipfile.ZipFile(retagged) as archive:
         assert "Tag: cp313-cp313-linux_x86_64" in archive.read("torch-2.9.1+cu130.dist-info/WHEEL").decode()
         record = archive.read("torch-2.9.1+cu130.dist-info/RECORD").decode()
-        from release_rehearsal import _record_line
+        from sglang_sm120_controller.rehearsal.release import _record_line
 
         assert _record_line("torch-2.9.1+cu130.dist-info/WHEEL", archive.read("torch-2.9.1+cu130.dist-info/WHEEL")) in record
     # a wheel for any CPython (abi3) is taken as it is
@@ -168,7 +168,7 @@ MISSING = (
 
 
 def test_a_requirement_without_a_wheel_for_the_python_fails_unless_the_index_has_none_of_it() -> None:
-    from rehearsal import Unchecked
+    from sglang_sm120_controller.rehearsal.build import Unchecked
 
     assert unresolved(MISSING) == "outlines_core==0.1.26 (from outlines)"
     with pytest.raises(RehearsalError, match=r"pip cannot resolve outlines_core==0\.1\.26 \(from outlines\) for Python 3\.13"):
@@ -319,7 +319,7 @@ def _real_torchvision() -> Path:
 def test_the_index_cuda12_torchvision_in_the_release_fails_the_release_check_naming_it(tmp_path: Path) -> None:
     """stack_cuda_companions without torchvision: the index's 0.24.1 lands in the release; check_release, as the
     rehearsal runs it, fails naming torchvision and libcudart.so.12 (on a host without CUDA 12's runtime)."""
-    from elf_closure import read_ld_cache
+    from sglang_sm120.build.elf_closure import read_ld_cache
 
     if any(name.startswith("libcudart.so.12") for name in read_ld_cache()):
         pytest.skip("this host's ld.so cache has libcudart.so.12: the CUDA-12 torchvision loads here")

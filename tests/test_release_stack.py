@@ -1,4 +1,4 @@
-"""The stack follows the SGLang release: module_utils/release_stack.py on the real wheels in
+"""The stack follows the SGLang release: module_utils/sglang_sm120_controller/pinned_stack.py on the real wheels in
 .cache/sglang (`make sglang-wheels`), and the production build specs rendered by real Ansible with the
 lookup sglang_release_stack (playbooks/lookup_plugins/). No network: pip is pointed at an empty
 directory, so a wheel missing from the cache fails instead of being downloaded."""
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from release_stack import ReleaseStackError, release_stack, stack_from_metadata, stack_from_wheel
 
-from build_pipeline import plan
 from conftest import CACHE, DATA, ROOT
+from sglang_sm120.build.pipeline import plan
+from sglang_sm120_controller.pinned_stack import ReleaseStackError, release_stack, stack_from_metadata, stack_from_wheel
 
 WHEELS = CACHE / "sglang"
 ANSIBLE = Path(sys.executable).parent / "ansible"

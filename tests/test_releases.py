@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from releases import ReleaseError, Releases
+from sglang_sm120.release.records import ReleaseError, Releases
 
 
 def make_ready(rel: Releases, key: str) -> str:
@@ -85,7 +85,7 @@ def test_a_broken_record_is_refused(tmp_path: Path) -> None:
 def test_release_key_is_the_sha256_of_canonical_json() -> None:
     import hashlib
 
-    from releases import release_key
+    from sglang_sm120.release.records import release_key
 
     inputs = {"b": [1, 2], "a": {"y": "é", "x": None}}
     expected = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

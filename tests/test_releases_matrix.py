@@ -18,7 +18,7 @@ import pytest
 from test_patch_runtime import HARNESS
 
 from conftest import CACHE, ROOT
-from sglang_audit import SglangSource, audit
+from sglang_sm120.patches.audit import SglangSource, audit
 
 RELEASES = ("0.5.9", "0.5.10", "0.5.11", "0.5.13", "0.5.15", "0.5.19", "0.5.21", "0.5.23")
 KIMI = "KimiK25ForConditionalGeneration"

@@ -1,4 +1,4 @@
-"""module_utils/server_args_check.py on the real SGLang 0.5.9: its own ServerArgs, on a faked SM120 host.
+"""module_utils/sglang_sm120/launch/server_args.py on the real SGLang 0.5.9: its own ServerArgs, on a faked SM120 host.
 
 All flag sets run in one subprocess under the runtime environment's Python (`make sglang-runtime`),
 so SGLang is imported once. Skipped, with the reason, only where that runtime or the unpacked 0.5.9
@@ -19,11 +19,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
-import server_args_check  # noqa: E402
-
-import server_flags  # noqa: E402
+from sglang_sm120.launch import flags as server_flags  # noqa: E402
+from sglang_sm120.launch import server_args as server_args_check  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 RUNTIME = CACHE / "sglang-runtime" / "0.5.9"

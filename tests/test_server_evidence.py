@@ -1,4 +1,4 @@
-"""The evidence table (module_utils/server_evidence.py), read against the real SGLang wheels of every
+"""The evidence table (module_utils/sglang_sm120/serve/evidence.py), read against the real SGLang wheels of every
 release in its ranges; its verdicts on journals made of those releases' own format strings and on a
 real SGLang 0.5.13 server's log (tests/data/real-server/0.5.13-h200/); bin/sglang-evidence; the
 host-side selection and redaction in bench_client.evidence()."""
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import server_evidence as se
 
-import bench_client
 from conftest import CACHE, DATA, ROOT
+from sglang_sm120.serve import bench_client
+from sglang_sm120.serve import evidence as se
 
 VERSIONS = ("0.5.9", "0.5.10", "0.5.11", "0.5.13", "0.5.14", "0.5.15", "0.5.17", "0.5.19", "0.5.21", "0.5.23")
 REAL = DATA / "real-server" / "0.5.13-h200"

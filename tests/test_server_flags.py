@@ -13,8 +13,17 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from flag_rules import ACK_TOPK_TREE_ON_MLA, check_launch, hardware_rules, run_import_check
-from server_flags import FlagError, exec_start, flag_table, read_server_args, release_flag_table, sglang_version, systemd_quote, validate
+from sglang_sm120.launch.flag_check import ACK_TOPK_TREE_ON_MLA, check_launch, hardware_rules, run_import_check
+from sglang_sm120.launch.flags import (
+    FlagError,
+    exec_start,
+    flag_table,
+    read_server_args,
+    release_flag_table,
+    sglang_version,
+    systemd_quote,
+    validate,
+)
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang"
 WHEEL = CACHE / "sglang-0.5.9-py3-none-any.whl"

@@ -13,12 +13,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-import deploy_lock
 import pytest
-from deploy_lock import LockError, acquire, release
-from service_health import http_status
 
 from conftest import ROOT
+from sglang_sm120.release import lock as deploy_lock
+from sglang_sm120.release.lock import LockError, acquire, release
+from sglang_sm120.serve.health import http_status
 
 
 def foreign(run_id: str, since: float, **extra: object) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from sglang_audit import SglangAuditError, SglangSource, audit
+from sglang_sm120.patches.audit import SglangAuditError, SglangSource, audit
 
 CLI = ROOT / "bin" / "sglang-audit"
 KIMI = "KimiK25ForConditionalGeneration"
@@ -293,7 +293,7 @@ def test_bases_class_assignments_and_the_algorithm_decide(toy_sglang: Path):
 def test_file_listing_and_statement_walk_match_rglob_and_ast_walk(sglang_cache: Path, version: str):
     import ast
 
-    from sglang_audit import _STATEMENT_NODES, _python_files, _walk_statements
+    from sglang_sm120.patches.audit import _STATEMENT_NODES, _python_files, _walk_statements
 
     root = sglang_cache / version / "sglang"
     if not root.is_dir():
@@ -308,7 +308,7 @@ def test_file_listing_and_statement_walk_match_rglob_and_ast_walk(sglang_cache: 
 def test_line_prefilters_and_class_index_match_the_plain_scans(sglang_cache: Path):
     import re
 
-    from sglang_audit import _CLASS_LINE, _lines_with
+    from sglang_sm120.patches.audit import _CLASS_LINE, _lines_with
 
     root = sglang_cache / "0.5.9" / "sglang"
     text = (root / "srt/model_executor/model_runner.py").read_text()

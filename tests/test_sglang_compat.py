@@ -8,9 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from sglang_compat import stack_from_metadata
-
 from conftest import CACHE, ROOT
+from sglang_sm120_controller.compat import stack_from_metadata
 
 CLI = ROOT / "bin" / "sglang-compat"
 

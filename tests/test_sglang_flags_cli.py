@@ -1,4 +1,4 @@
-"""bin/sglang-flags and its gate (module_utils/flag_gate.py) as an operator runs them, on the real
+"""bin/sglang-flags and its gate (module_utils/sglang_sm120_controller/flag_gate.py) as an operator runs them, on the real
 SGLang 0.5.9 and 0.5.23 (each one's own ServerArgs built in that release's runtime environment, device
 faked as 8 RTX PRO 6000, compute capability 12.0), and the partial verdict on the static table read
 from 0.5.23's sources where no runtime is there.
@@ -23,12 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flag_gate import FlagSet, GateReport, check_flag_sets, device_for, find_runtime, flashinfer_pin
-from start_failures import CATALOGUE, Context, HostFacts, evaluate_entry, load_catalogue, read_host_facts, read_model_dir
 from test_server_args_check import REMOTE_CODE_STANDIN, eagle3_recipe
 
 from conftest import CACHE, DATA, ROOT
-from flag_rules import check_launch
+from sglang_sm120.launch.flag_check import check_launch
+from sglang_sm120.launch.start_failures import (
+    CATALOGUE,
+    Context,
+    HostFacts,
+    evaluate_entry,
+    load_catalogue,
+    read_host_facts,
+    read_model_dir,
+)
+from sglang_sm120_controller.flag_gate import FlagSet, GateReport, check_flag_sets, device_for, find_runtime, flashinfer_pin
 
 CLI = ROOT / "bin" / "sglang-flags"
 WHEEL_0523 = CACHE / "sglang" / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"

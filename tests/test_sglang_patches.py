@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from atomic_files import sha256_bytes
 from conftest import ROOT
-from patch_errors import (
+from sglang_sm120.files import sha256_bytes
+from sglang_sm120.patches.diff import apply_diff, parse_unified_diff
+from sglang_sm120.patches.engine import apply, default_state_dir, pristine_sources, prove_rendered, render_selected, revert, status
+from sglang_sm120.patches.errors import (
     DriftError,
     HunkError,
     LintError,
@@ -28,10 +30,8 @@ from patch_errors import (
     UnsupportedVersionError,
     UsageError,
 )
-from patch_manifest import Manifest, load_manifest
-from sglang_patches import apply, default_state_dir, pristine_sources, prove_rendered, render_selected, revert, status
-from sglang_venv import SglangPackageError, find_sglang, sglang_version
-from unified_diff import apply_diff, parse_unified_diff
+from sglang_sm120.patches.manifest import Manifest, load_manifest
+from sglang_sm120.release.venv import SglangPackageError, find_sglang, sglang_version
 
 PATCHES = ROOT / "files" / "patches"
 OLD_SYMM_TEMPLATE = ROOT / "tests" / "data" / "patches" / "torch_symm_mem_sm120.old-mib.diff.j2"
@@ -369,8 +369,8 @@ def test_lint_refusal_names_patch_file_and_line_and_changes_nothing(manifest_dat
 
 def test_lint_without_pyflakes(manifest_data: dict[str, Any], sg9: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host without pyflakes the engine skips the lint unless it is required."""
-    import patch_lint
-    import sglang_patches
+    from sglang_sm120.patches import engine as sglang_patches
+    from sglang_sm120.patches import lint as patch_lint
 
     def missing(*_args: Any) -> list[Any]:
         raise patch_lint.LintUnavailable("No module named 'pyflakes'")
@@ -385,7 +385,7 @@ def test_lint_without_pyflakes(manifest_data: dict[str, Any], sg9: Path, tmp_pat
 
 
 def test_lint_compares_messages_not_lines() -> None:
-    from patch_lint import lint, new_problems
+    from sglang_sm120.patches.lint import lint, new_problems
 
     pristine = b"import os\n\nx = undefined_upstream\n"
     # Upstream's own warnings, moved down by the patch, are not new.
@@ -533,7 +533,7 @@ def test_find_sglang_says_what_is_wrong(tmp_path: Path, setup: Any, message: str
 
 
 def test_versions_compare_as_versions() -> None:
-    from patch_manifest import version_in_range, version_key
+    from sglang_sm120.patches.manifest import version_in_range, version_key
 
     assert sorted(["0.5.10", "0.5.9", "0.5.13.post1", "0.5.13", "0.5.10.post1"], key=version_key) == [
         "0.5.9",
@@ -561,7 +561,7 @@ def test_refusal_lists_versions_in_version_order(manifest_data: dict[str, Any], 
 
 
 def test_symm_mem_fixed_upstream_by_what_the_code_does(manifest: Manifest) -> None:
-    from sglang_patches import fixed_upstream
+    from sglang_sm120.patches.engine import fixed_upstream
 
     spec = manifest.get("torch_symm_mem_sm120")
     for version, fixed in (("0.5.9", False), ("0.5.13", False), ("0.5.15", True), ("0.5.23", True)):

@@ -1,4 +1,4 @@
-"""The start-failure catalogue (files/start-failures.yml, module_utils/start_failures.py) and its
+"""The start-failure catalogue (files/start-failures.yml, module_utils/sglang_sm120/launch/start_failures.py) and its
 use through bin/sglang-flags: each entry triggered and not, inside and outside its versions,
 with model directories shaped like Kimi-K2.5-NVFP4 and its EAGLE-3 draft and host facts parsed
 from nvidia-smi output. Fast: the flag table and model registry are read once from the real
@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from start_failures import (
+
+from conftest import CACHE, DATA, ROOT
+from sglang_sm120.host.nvidia_smi import parse_query_output
+from sglang_sm120.launch.flags import _lookup, release_flag_table
+from sglang_sm120.launch.start_failures import (
     CATALOGUE,
     CatalogueError,
     Context,
@@ -32,10 +36,6 @@ from start_failures import (
     read_model_dir,
     registered_architectures,
 )
-
-from conftest import CACHE, DATA, ROOT
-from nvidia_smi import parse_query_output
-from server_flags import _lookup, release_flag_table
 
 MODELS = DATA / "models"
 SF = DATA / "start-failures"

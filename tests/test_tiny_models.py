@@ -1,4 +1,4 @@
-"""The tiny canary models (module_utils/tiny_models.py): written from real-shaped configs, read back
+"""The tiny canary models (module_utils/sglang_sm120/serve/tiny_models.py): written from real-shaped configs, read back
 by the real SGLang 0.5.9 runtime (transformers, safetensors and SGLang's own model classes and
 weight loaders, on the CPU), keyed, and refusing what they do not know by name."""
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_models import MANIFEST, TinyModelError, ensure, read_manifest
 
 from conftest import DATA, ROOT
+from sglang_sm120.serve.tiny_models import MANIFEST, TinyModelError, ensure, read_manifest
 
 MODELS = DATA / "models"
 KIMI = MODELS / "kimi-k2.5-nvfp4"

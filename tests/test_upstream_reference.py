@@ -15,7 +15,9 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from rehearsal import (
+
+from conftest import CACHE, ROOT, by_name
+from sglang_sm120_controller.rehearsal.build import (
     Outcome,
     RehearsalError,
     arch_target,
@@ -29,7 +31,7 @@ from rehearsal import (
     run_check,
     summary,
 )
-from upstream_reference import (
+from sglang_sm120_controller.rehearsal.upstream import (
     ArchListError,
     ReferenceError,
     admitted_outside,
@@ -40,8 +42,6 @@ from upstream_reference import (
     sha256_of,
     verify_copy,
 )
-
-from conftest import CACHE, ROOT, by_name
 
 FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
 INDEX = ROOT / "tests/data/upstream/index.yml"
@@ -320,7 +320,7 @@ def test_sgl_kernel_cmake_rule_reproduces_the_real_wheel() -> None:
     cubins cuobjdump lists for its spatial_ops (tests/test_rehearsal.py)."""
     kernel = {"name": "sgl_kernel", "env": {}}
     assert run_check("arch", check_arch_lists, [kernel], FACTS, "12.0", "12.9").ok
-    from rehearsal import cmake_gencodes
+    from sglang_sm120_controller.rehearsal.build import cmake_gencodes
 
     assert sorted(cmake_gencodes(kernel, FACTS, "12.9")) == ["sm_100a", "sm_120a", "sm_80", "sm_89", "sm_90", "sm_90a"]
 

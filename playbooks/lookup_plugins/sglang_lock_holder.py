@@ -2,19 +2,17 @@
 # holder still runs. Found by Ansible next to the playbooks (playbooks/lookup_plugins/).
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+
+from sglang_sm120.release import lock as deploy_lock
 
 DOCUMENTATION = """
 name: sglang_lock_holder
 short_description: This run's deploy-lock record, and whether a lock's holder process still runs here
 description:
   - C(self) returns this run's holder record for the sglang_lock module, read on the controller
-    (module_utils/deploy_lock.py) - C(user) (the controller's real user, from the password database),
+    (module_utils/sglang_sm120/release/lock.py) - C(user) (the controller's real user, from the password database),
     C(controller) (hostname), C(controller_id) (hostname, /etc/machine-id, pid namespace), C(pid)
     (the ansible-playbook process; lookups run in a worker forked from it), C(pid_start) (boot id and
     start time of that process, so a reused pid is not mistaken for it), C(playbook) and C(run_id)
@@ -48,24 +46,10 @@ _list:
   elements: dict
 """
 
-ROOT = Path(__file__).resolve().parents[2]
-_NAME = "sglang_toolkit_deploy_lock"
-
-
-def _deploy_lock():
-    """module_utils/deploy_lock.py, loaded once per process."""
-    if _NAME not in sys.modules:
-        spec = importlib.util.spec_from_file_location(_NAME, ROOT / "module_utils" / "deploy_lock.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_NAME]
-
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        deploy_lock = _deploy_lock()
         me = deploy_lock.run_holder(playbook=str(self.get_option("playbook")))
         out = []
         for term in terms:

@@ -3,7 +3,6 @@
 # stack_sglang_version with it. Found by Ansible next to the playbooks (playbooks/lookup_plugins/).
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -11,12 +10,14 @@ from pathlib import Path
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
+from sglang_sm120_controller import pinned_stack as release_stack
+
 DOCUMENTATION = """
 name: sglang_release_stack
 short_description: The torch, FlashInfer and kernel package versions an SGLang release pins
 description:
   - Reads the C(Requires-Dist) pins of the SGLang wheel of each given version on the controller
-    (module_utils/release_stack.py) and returns, for each, a dictionary with C(sglang), C(torch),
+    (module_utils/sglang_sm120_controller/pinned_stack.py) and returns, for each, a dictionary with C(sglang), C(torch),
     C(flashinfer), C(kernel_package) (C(sgl-kernel) up to 0.5.9, C(sglang-kernel) from 0.5.10 on),
     C(kernel_version), C(pins) (every requirement pinned to one exact version, by its normalised name) and C(wheel) (the file read).
   - The wheel is looked for as C(sglang-<version>-*.whl) in each of O(dirs) and in C(<dir>/<version>/);
@@ -60,17 +61,6 @@ _list:
 """
 
 ROOT = Path(__file__).resolve().parents[2]
-_NAME = "sglang_toolkit_release_stack"
-
-
-def _release_stack():
-    """module_utils/release_stack.py, loaded once per process (its memo lives in it)."""
-    if _NAME not in sys.modules:
-        spec = importlib.util.spec_from_file_location(_NAME, ROOT / "module_utils" / "release_stack.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_NAME]
 
 
 class LookupModule(LookupBase):
@@ -79,7 +69,6 @@ class LookupModule(LookupBase):
         cache = Path(os.environ.get("SGLANG_TOOLKIT_CACHE") or ROOT / ".cache")
         dirs = [Path(d) for d in (self.get_option("dirs") or [cache / "sglang"])]
         download_dir = Path(self.get_option("download_dir") or cache / "flag-check") if self.get_option("download") else None
-        release_stack = _release_stack()
         out = []
         for term in terms:
             try:

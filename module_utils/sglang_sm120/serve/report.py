@@ -37,10 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.server_evidence)
-    from ansible.module_utils import server_evidence  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    import server_evidence  # type: ignore[no-redef]
+from . import evidence as server_evidence
 
 GATES = ("warn", "fail", "off")
 TOOLS = ("toolkit-client", "bench_serving")

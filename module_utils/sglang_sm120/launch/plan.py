@@ -1,10 +1,10 @@
 """The launch plan: what the server runs, computed once per deploy and used by the release key, the unit and the benchmark.
 
 A plan is the profile merged with the listen address and the operator's extra flags, checked by
-the checker of bin/sglang-flags (module_utils/flag_rules.py) against the SGLang the release will
+the checker of bin/sglang-flags (module_utils/sglang_sm120/launch/flag_check.py) against the SGLang the release will
 carry; the server's environment merged from its parts (secrets never in it); and the ids of the
 patches the release will carry. Then the start gate: every entry of the catalogue of known start
-failures (files/start-failures.yml, module_utils/start_failures.py) is evaluated on those flags and
+failures (files/start-failures.yml, module_utils/sglang_sm120/launch/start_failures.py) is evaluated on those flags and
 that environment, the model and draft directories the flags name (read on the host) and the host's
 facts preflight saved; a refused entry refuses the plan, a warning is one of its flag warnings, and
 every verdict is kept in the plan (``start_gate``). Plain Python, no Ansible imports;
@@ -25,18 +25,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # as Ansible ships it (module_utils), or from the repository's module_utils on sys.path
-    from ansible.module_utils import flag_rules, server_args_check, server_flags, start_failures
-    from ansible.module_utils.flag_rules import check_launch
-    from ansible.module_utils.server_flags import exec_start_args
-except ImportError:  # pragma: no cover - exercised by pytest and bin/
-    import server_args_check  # type: ignore[no-redef]
-    import start_failures  # type: ignore[no-redef]
-
-    import flag_rules  # type: ignore[no-redef]
-    import server_flags  # type: ignore[no-redef]
-    from flag_rules import check_launch  # type: ignore[no-redef]
-    from server_flags import exec_start_args  # type: ignore[no-redef]
+from . import flag_check as flag_rules
+from . import flags as server_flags
+from . import server_args as server_args_check
+from . import start_failures
+from .flag_check import check_launch
+from .flags import exec_start_args
 
 
 class LaunchPlanError(Exception):

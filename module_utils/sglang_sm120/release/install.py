@@ -24,35 +24,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible
-    from ansible.module_utils.build_pipeline import (  # type: ignore[import-not-found]
-        BuildError,
-        SharedObject,
-        check_objects,
-        file_sha256,
-        normalize,
-        own_wheels,
-        read_gpu_code,
-        wheel_name_version,
-        witness_name,
-    )
-    from ansible.module_utils.cuda_toolkit import cudart_major, elf_needed  # type: ignore[import-not-found]
-    from ansible.module_utils.elf_closure import dist_metadata  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from elf_closure import dist_metadata  # type: ignore[no-redef]
-
-    from build_pipeline import (  # type: ignore[no-redef]
-        BuildError,
-        SharedObject,
-        check_objects,
-        file_sha256,
-        normalize,
-        own_wheels,
-        read_gpu_code,
-        wheel_name_version,
-        witness_name,
-    )
-    from cuda_toolkit import cudart_major, elf_needed  # type: ignore[no-redef]
+from ..build.elf_closure import dist_metadata
+from ..build.pipeline import (
+    BuildError,
+    SharedObject,
+    check_objects,
+    file_sha256,
+    normalize,
+    own_wheels,
+    read_gpu_code,
+    wheel_name_version,
+    witness_name,
+)
+from ..host.cuda_toolkit import cudart_major, elf_needed
 
 _SO = re.compile(r"\.so(\.\d+)*$")
 # files pip writes itself into a dist-info (not in the wheel)

@@ -33,20 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from installed import constraints_text, find_dist, install_argv, read_back, release_wheels, site_packages
-from upstream_reference import (
-    RECORDED,
-    ArchEntry,
-    ArchListError,
-    Reference,
-    ReferenceError,
-    UpstreamFile,
-    admitted_outside,
-    parse_requirement,
-    read_arch_list,
-)
-
-from build_pipeline import (
+from sglang_sm120.build.pipeline import (
     BUILT_KINDS,
     BuildError,
     SharedObject,
@@ -60,7 +47,20 @@ from build_pipeline import (
     wait,
     wheel_name_version,
 )
-from cuda_toolkit import cudart_major, elf_needed, parse_requires_dist
+from sglang_sm120.host.cuda_toolkit import cudart_major, elf_needed, parse_requires_dist
+from sglang_sm120.release.install import constraints_text, find_dist, install_argv, read_back, release_wheels, site_packages
+
+from .upstream import (
+    RECORDED,
+    ArchEntry,
+    ArchListError,
+    Reference,
+    ReferenceError,
+    UpstreamFile,
+    admitted_outside,
+    parse_requirement,
+    read_arch_list,
+)
 
 SO = re.compile(r"\.so(\.\d+)*$")
 
@@ -1141,7 +1141,7 @@ def check_release(result: Mapping[str, Any], venv: Path, expected: Mapping[str, 
     cuda = {normalize(e["distribution"]) for e in result.get("sm120_verification", [])}
     if not cuda:
         problems.append("expected sm_120 evidence of the installed CUDA artifacts, found none")
-    from elf_closure import role_allowlist, scan_venv  # every library of the release loads (issue 23, item 3)
+    from sglang_sm120.build.elf_closure import role_allowlist, scan_venv  # every library of the release loads (issue 23, item 3)
 
     closure = scan_venv(sites, allowlist=role_allowlist())
     if closure.failure():

@@ -9,10 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.patch_errors)
-    from ansible.module_utils.patch_errors import SglangPatchError  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from patch_errors import SglangPatchError  # type: ignore[no-redef]
+from ..patches.errors import SglangPatchError
 
 
 def sglang_version(sglang_dir: str | os.PathLike[str]) -> str:

@@ -16,7 +16,7 @@ with `pip install --dry-run --report --python-version X.Y --only-binary=:all: --
 names the Python and our wheels pip chose; FAIL the Python and the requirement it could not
 resolve; UNCHECKED a Python the package index here holds no wheels for (not our specs' fault).
 
-Standard library only, but for Outcome (module_utils/rehearsal.py).
+Standard library only, but for Outcome (module_utils/sglang_sm120_controller/rehearsal/build.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from rehearsal import Outcome
+from .build import Outcome
 
 # ---------------------------------------------------------------- imports in the release venv
 
@@ -233,7 +233,7 @@ def supported_pythons(defaults: Mapping[str, Any], table: Mapping[str, Mapping[s
             if python is None:
                 raise ValueError(
                     f"preflight supports {distribution} {major}, whose Python the rehearsal does not know: "
-                    "add it to DISTRIBUTION_PYTHONS (module_utils/release_rehearsal.py)"
+                    "add it to DISTRIBUTION_PYTHONS (module_utils/sglang_sm120_controller/rehearsal/release.py)"
                 )
             if _version_tuple(python) >= _version_tuple(minimum) and (not maximum or _version_tuple(python) <= _version_tuple(maximum)):
                 pythons.add(python)
@@ -343,7 +343,7 @@ def check_python_closure(
 ) -> str:
     """The verdict for one Python: `choices` pip's (None: it failed with `error`); `ours` distribution -> our re-tagged
     wheel. Raises RehearsalError (FAIL) or Unchecked; returns the PASS detail."""
-    from rehearsal import RehearsalError, Unchecked
+    from .build import RehearsalError, Unchecked
 
     if choices is None:
         requirement = unresolved(error)
@@ -399,7 +399,7 @@ def python_closure(
     runner: Callable[..., Any] = subprocess.run,
 ) -> Outcome:
     """Re-tag our wheels for `version`, resolve `requirements` with them for that Python, judge the report."""
-    from rehearsal import run_check
+    from .build import run_check
 
     exact = find_interpreter(version, runner)
     markers = f"pip under {exact}" if exact else f"markers of the running {Path(python).name}, tags of {version}: no Python {version} here"
@@ -421,7 +421,7 @@ def python_closure(
 
     def verdict() -> str:
         if not has_python("numpy"):
-            from rehearsal import Unchecked
+            from .build import Unchecked
 
             raise Unchecked(f"Python {version}: the package index here holds no Python {version} wheels (probe: numpy has none)")
         try:
@@ -432,7 +432,7 @@ def python_closure(
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
-            from rehearsal import RehearsalError
+            from .build import RehearsalError
 
             raise RehearsalError(f"Python {version}: pip did not resolve in {timeout:.0f} s") from None
         choices = report_choices(json.loads(report.read_text())) if proc.returncode == 0 and report.is_file() else None

@@ -10,10 +10,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.patch_errors)
-    from ansible.module_utils.patch_errors import HunkError  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from patch_errors import HunkError  # type: ignore[no-redef]
+from .errors import HunkError
 
 
 @dataclass

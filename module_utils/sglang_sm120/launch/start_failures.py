@@ -29,16 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.flag_rules)
-    from ansible.module_utils.flag_rules import MLA_MODEL_CLASSES  # type: ignore[import-not-found]
-except ImportError:  # bin/sglang-flags and the tests: module_utils/ is on sys.path
-    from flag_rules import MLA_MODEL_CLASSES  # type: ignore[no-redef]
-try:  # the schema of the facts preflight gathers (module_utils/host_facts.py)
-    from ansible.module_utils.host_facts import FACT_KEYS, check_facts  # type: ignore[import-not-found]
-except ImportError:
-    from host_facts import FACT_KEYS, check_facts  # type: ignore[no-redef]
+from ..host.facts import FACT_KEYS, check_facts
+from .flag_check import MLA_MODEL_CLASSES
 
-CATALOGUE = Path(__file__).resolve().parent.parent / "files" / "start-failures.yml"
+CATALOGUE = Path(__file__).resolve().parents[3] / "files" / "start-failures.yml"
 GIB = 1024**3
 MIB = 1024**2
 
@@ -84,7 +78,7 @@ CONDITIONS = {
 }
 CHECKS = ("memory", "memory_reserve")
 # Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
-# the facts of module_utils/host_facts.py, and the keys Ansible adds to a module result) plus the
+# the facts of module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable).
 HOST_FACT_KEYS = {
     "gpus",
@@ -453,7 +447,7 @@ class HostFacts:
 
 def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
     """Host facts as library/sglang_preflight.py returns them (gpus: index, name, compute_cap,
-    driver_version, memory_mib; the facts of module_utils/host_facts.py FACTS, null when unknown,
+    driver_version, memory_mib; the facts of module_utils/sglang_sm120/host/facts.py FACTS, null when unknown,
     with the reasons in facts_unknown), plus deep_gemm_importable where a gatherer provides it.
     Every fact may be absent (unknown)."""
     if not isinstance(data, dict):
@@ -576,7 +570,7 @@ class Context:
     acknowledged: list[str] = field(default_factory=list)  # acknowledged_by names the operator gave
     aliases: dict[str, str] = field(default_factory=dict)  # every flag name SGLang accepts -> the key in flags
     # The values SGLang's own ServerArgs resolved (canonical flag name -> value), where that check
-    # ran (module_utils/flag_gate.py): the conditions read these instead of the typed flags. None:
+    # ran (module_utils/sglang_sm120_controller/flag_gate.py): the conditions read these instead of the typed flags. None:
     # the flags as typed.
     resolved: Optional[dict[str, Any]] = None
     resolved_by: str = "SGLang's ServerArgs"  # who resolved them, for the evidence

@@ -2,7 +2,7 @@
 
 Plain Python, standard library only, no Ansible imports; it runs on the GPU host (library/sglang_canary.py
 wraps it). The canary runs the release's own server (its venv's python, ``-m <launch module>``, its
-launch flags and environment) with the model paths replaced by the tiny models of module_utils/tiny_models.py,
+launch flags and environment) with the model paths replaced by the tiny models of module_utils/sglang_sm120/serve/tiny_models.py,
 on its own port and a small memory fraction (canary_argv), and judges it by what it does (run_canary):
 
   1. the port must be free (something answering there would be judged instead of the canary);
@@ -34,13 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships them as ansible.module_utils.*)
-    from ansible.module_utils import bench_client, server_evidence, service_health  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    import server_evidence  # type: ignore[no-redef]
-    import service_health  # type: ignore[no-redef]
-
-    import bench_client  # type: ignore[no-redef]
+from . import bench_client
+from . import evidence as server_evidence
+from . import health as service_health
 
 # The flags canary_argv replaces, with SGLang's aliases (ServerArgs.add_cli_args, 0.5.9 to 0.5.23).
 MODEL_FLAGS = ("--model-path", "--model")

@@ -26,10 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.atomic_files)
-    from ansible.module_utils.atomic_files import atomic_write  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from atomic_files import atomic_write  # type: ignore[no-redef]
+from ..files import atomic_write
 
 SCHEMA = 1
 STATES = ("building", "ready", "good", "bad")

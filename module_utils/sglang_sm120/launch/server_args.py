@@ -4,9 +4,9 @@ Run UNDER the Python of an environment where the SGLang release imports (the run
 ``make sglang-runtime`` builds, or the release's own venv on the host), with the release's tree first
 on the path (``--sglang DIR``)::
 
-    python module_utils/server_args_check.py --sglang .cache/sglang/0.5.9 \\
+    python module_utils/sglang_sm120/launch/server_args.py --sglang .cache/sglang/0.5.9 \\
         --capability 12.0 --gpu-memory-mib 97887 --gpu-count 8 -- --model-path DIR --tp-size 8 ...
-    python module_utils/server_args_check.py --batch request.json     # several flag sets, one import
+    python module_utils/sglang_sm120/launch/server_args.py --batch request.json     # several flag sets, one import
 
 What it does, for each flag set, is what that release's launcher does before it starts a process:
 
@@ -92,7 +92,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-# The fields the toolkit's rules read (module_utils/flag_rules.py), reported for every accepted check.
+# The fields the toolkit's rules read (module_utils/sglang_sm120/launch/flag_check.py), reported for every accepted check.
 WATCHED_FIELDS = (
     "attention_backend",
     "decode_attention_backend",
@@ -336,7 +336,7 @@ def _run_warm(
 
 # --------------------------------------------------------------------------------------------------
 # Controller side: the device shown to SGLang and its verdict in the toolkit's words (bin/sglang-flags
-# through module_utils/flag_gate.py, the deploy through module_utils/launch_plan.py).
+# through module_utils/sglang_sm120_controller/flag_gate.py, the deploy through module_utils/sglang_sm120/launch/plan.py).
 
 # The device shown to SGLang when no host facts are given: the target host (docs/domain-notes.md
 # "The target host": 8x RTX PRO 6000 Blackwell), 97887 MiB per GPU as nvidia-smi reports that card.

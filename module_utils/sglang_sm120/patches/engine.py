@@ -20,7 +20,7 @@ Hunks are applied by unified_diff.apply_diff: no fuzz and NO offset. Every hunk 
 and removed lines byte for byte, at exactly the line its header states (the pristine hash has been
 checked, so a moved hunk can only mean a wrong template). The whole selection is
 rendered, applied in memory, compiled and linted before anything is written; one failure changes no
-file. The lint (module_utils/patch_lint.py) runs pyflakes on the pristine and the patched source and
+file. The lint (module_utils/sglang_sm120/patches/lint.py) runs pyflakes on the pristine and the patched source and
 refuses a patch that adds a message (an undefined name compiles but raises NameError on import);
 pyflakes is imported only then, so hosts without it skip the lint unless it is required (the
 Ansible role lints on the controller with prove_rendered() before the host applies anything).
@@ -44,58 +44,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships each as ansible.module_utils.<name>)
-    from ansible.module_utils.atomic_files import atomic_write, sha256_bytes  # type: ignore[import-not-found]
-    from ansible.module_utils.patch_errors import (  # type: ignore[import-not-found]
-        DriftError,
-        HunkError,
-        LintError,
-        ManifestError,
-        SglangPatchError,
-        StateError,
-        UnsupportedVersionError,
-        UsageError,
-    )
-    from ansible.module_utils.patch_lint import LintUnavailable, new_problems  # type: ignore[import-not-found]
-    from ansible.module_utils.patch_manifest import (  # type: ignore[import-not-found]
-        DETECTORS,
-        VARIABLE_TYPES,
-        Manifest,
-        PatchSpec,
-        Variable,
-        coerce_value,
-        load_manifest,
-        version_in_range,
-        version_key,
-    )
-    from ansible.module_utils.sglang_venv import SglangPackage, SglangPackageError, find_sglang, sglang_version  # type: ignore[import-not-found]
-    from ansible.module_utils.unified_diff import FileDiff, Hunk, apply_diff, parse_unified_diff, unified_diff  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from atomic_files import atomic_write, sha256_bytes  # type: ignore[no-redef]
-    from patch_errors import (  # type: ignore[no-redef]
-        DriftError,
-        HunkError,
-        LintError,
-        ManifestError,
-        SglangPatchError,
-        StateError,
-        UnsupportedVersionError,
-        UsageError,
-    )
-    from patch_lint import LintUnavailable, new_problems  # type: ignore[no-redef]
-    from patch_manifest import (  # type: ignore[no-redef]
-        DETECTORS,
-        VARIABLE_TYPES,
-        Manifest,
-        PatchSpec,
-        Variable,
-        coerce_value,
-        load_manifest,
-        version_in_range,
-        version_key,
-    )
-    from sglang_venv import SglangPackage, SglangPackageError, find_sglang, sglang_version  # type: ignore[no-redef]
-    from unified_diff import FileDiff, Hunk, apply_diff, parse_unified_diff, unified_diff  # type: ignore[no-redef]
+from ..files import atomic_write, sha256_bytes
+from ..release.venv import SglangPackage, SglangPackageError, find_sglang, sglang_version
+from .diff import FileDiff, Hunk, apply_diff, parse_unified_diff, unified_diff
+from .errors import DriftError, HunkError, LintError, ManifestError, SglangPatchError, StateError, UnsupportedVersionError, UsageError
+from .lint import LintUnavailable, new_problems
+from .manifest import DETECTORS, VARIABLE_TYPES, Manifest, PatchSpec, Variable, coerce_value, load_manifest, version_in_range, version_key
 
 # The engine's own names and, so that `from sglang_patches import X` keeps working, those of the modules split from it.
 __all__ = [

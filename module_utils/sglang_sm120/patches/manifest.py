@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.patch_errors)
-    from ansible.module_utils.patch_errors import ManifestError, UsageError  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from patch_errors import ManifestError, UsageError  # type: ignore[no-redef]
+from .errors import ManifestError, UsageError
 
 VARIABLE_TYPES = ("int", "bool", "str", "list[int]", "dict[int,int]")
 # fixed_upstream detectors: `class` + `defines` (the class defines these methods), `no_subscript` (no

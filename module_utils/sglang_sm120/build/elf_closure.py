@@ -650,5 +650,5 @@ def role_allowlist(defaults: Optional[Path] = None) -> dict[str, str]:
     """The role's default sglang_release_closure_allowlist, for the rehearsal on the controller (needs PyYAML; never on a host)."""
     import yaml  # the controller's; the host side of this module is standard library only
 
-    path = defaults or Path(__file__).resolve().parent.parent / "roles" / "sglang_release" / "defaults" / "main.yml"
+    path = defaults or Path(__file__).resolve().parents[3] / "roles" / "sglang_release" / "defaults" / "main.yml"
     return dict(yaml.safe_load(path.read_text(encoding="utf-8"))[ALLOWLIST_VARIABLE] or {})

@@ -3,7 +3,8 @@ server_flags.py otherwise, then the combinations a given SGLang version accepts 
 silently mis-runs on, this hardware (compute capability 12, PCIe, MLA targets).
 
 One function, ``check_launch``, serves both bin/sglang-flags (a command line) and
-library/sglang_launch_plan.py through module_utils/launch_plan.py (a profile mapping). Plain Python, standard library only, no Ansible.
+library/sglang_launch_plan.py through module_utils/sglang_sm120/launch/plan.py (a profile mapping).
+Plain Python, standard library only, no Ansible.
 
 Upstream references are sgl-project/sglang issue / pull-request numbers (docs/domain-notes.md).
 """
@@ -24,30 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.server_flags)
-    from ansible.module_utils.server_flags import (  # type: ignore[import-not-found]
-        Flag,
-        FlagError,
-        _lookup,
-        package_dir,
-        read_server_args,
-        read_sources,
-        release_flag_table,
-        sglang_version,
-        validate,
-    )
-except ImportError:  # bin/sglang-flags and the tests: module_utils/ is on sys.path
-    from server_flags import (  # type: ignore[no-redef]
-        Flag,
-        FlagError,
-        _lookup,
-        package_dir,
-        read_server_args,
-        read_sources,
-        release_flag_table,
-        sglang_version,
-        validate,
-    )
+from .flags import Flag, FlagError, _lookup, package_dir, read_server_args, read_sources, release_flag_table, sglang_version, validate
 
 # Target model classes (config.json "architectures") whose attention is MLA.
 MLA_MODEL_CLASSES = frozenset(
@@ -108,7 +86,7 @@ class FlagReport:
     sglang: str
     version: Optional[str]
     # "sglang" (its own parser imported), "static" (the table read from its sources) or
-    # "server_args" (its own ServerArgs built and checked on a faked device: module_utils/flag_gate.py)
+    # "server_args" (its own ServerArgs built and checked on a faked device: module_utils/sglang_sm120_controller/flag_gate.py)
     parser: str
     parser_reason: str
     argv: list[str]

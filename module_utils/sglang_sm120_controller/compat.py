@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from release_stack import FLASHINFER, KERNEL_PACKAGES, ReleaseStackError, download_wheel, requirements
+from sglang_sm120.patches.audit import SglangAuditError, SglangSource, audit
+from sglang_sm120.patches.engine import NOT_NEEDED, _select, _values_for, apply, patched_source
+from sglang_sm120.patches.errors import SglangPatchError
+from sglang_sm120.release.venv import sglang_version
 
-from patch_errors import SglangPatchError
-from sglang_audit import SglangAuditError, SglangSource, audit
-from sglang_patches import NOT_NEEDED, _select, _values_for, apply, patched_source
-from sglang_venv import sglang_version
+from .pinned_stack import FLASHINFER, KERNEL_PACKAGES, ReleaseStackError, download_wheel, requirements
 
 VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?$")
 STACK_PACKAGES = {"torch": "torch", FLASHINFER: "flashinfer_python", **dict.fromkeys(KERNEL_PACKAGES, "kernel")}
@@ -155,7 +155,7 @@ def check_release(
     profile: Optional[Mapping[str, Any]],
     python: Optional[str] = None,
 ) -> CompatRow:
-    from flag_rules import check_launch
+    from sglang_sm120.launch.flag_check import check_launch
 
     try:
         version = sglang_version(release.sglang_dir)

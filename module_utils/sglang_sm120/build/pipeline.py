@@ -43,10 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # inside Ansible (AnsiballZ ships it as ansible.module_utils.cuda_toolkit)
-    from ansible.module_utils.cuda_toolkit import cudart_major, elf_needed  # type: ignore[import-not-found]
-except ImportError:  # plain Python: module_utils/ is on sys.path
-    from cuda_toolkit import cudart_major, elf_needed  # type: ignore[no-redef]
+from ..host.cuda_toolkit import cudart_major, elf_needed
 
 KEY_SCHEMA = 2  # 2: dependency installs resolve their requirements, build_requires, local versions, prebuilt
 SPEC_FIELDS = {

@@ -40,8 +40,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from launch_plan import _read_verdict, _verify_key, _write_verdict
-from server_args_check import (
+from sglang_sm120.launch.flag_check import (
+    FUSION_SOURCE,
+    RULE_DESTS,
+    Finding,
+    FlagReport,
+    _unpacked,
+    check_launch,
+    hardware_rules,
+    profile_from_argv,
+    static_values,
+)
+from sglang_sm120.launch.flags import (
+    Flag,
+    FlagError,
+    flag_aliases,
+    flashinfer_pin,
+    package_dir,
+    read_server_args,
+    read_sources,
+    release_flag_table,
+    sglang_version,
+)
+from sglang_sm120.launch.plan import _read_verdict, _verify_key, _write_verdict
+from sglang_sm120.launch.server_args import (
     DEFAULT_CAPABILITY,
     CheckRunError,
     accepted,
@@ -49,7 +71,7 @@ from server_args_check import (
     refusal_text,
     run_checks,
 )
-from start_failures import (
+from sglang_sm120.launch.start_failures import (
     CATALOGUE,
     Context,
     Entry,
@@ -63,30 +85,7 @@ from start_failures import (
     registered_architectures,
 )
 
-from flag_rules import (
-    FUSION_SOURCE,
-    RULE_DESTS,
-    Finding,
-    FlagReport,
-    _unpacked,
-    check_launch,
-    hardware_rules,
-    profile_from_argv,
-    static_values,
-)
-from server_flags import (
-    Flag,
-    FlagError,
-    flag_aliases,
-    flashinfer_pin,
-    package_dir,
-    read_server_args,
-    read_sources,
-    release_flag_table,
-    sglang_version,
-)
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 # Today's parser check (the partial path) has always used the 0.5.9 runtime when no --python is given.
 PARSER_CHECK_RUNTIME = "0.5.9"
