@@ -1,12 +1,20 @@
-"""Shared fixtures: the controller's real CUDA toolkit, the stack's values (the toolkit's package root,
+"""Shared fixtures: the controller's real CUDA toolkit, the stack's values, the stand-in server (the toolkit's package root,
 module_utils/, is on the import path through the controller venv: scripts/venv.sh)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+
+from sglang_sm120.serve import bench_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,3 +97,32 @@ def specs(rendered: dict) -> list:
 
 def by_name(specs: list, name: str) -> dict:
     return next(s for s in specs if s["name"] == name)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+STANDIN_ROOT = ROOT / "tests/fixtures/sglang-standin"
+
+
+@contextlib.contextmanager
+def standin_server(flags: Sequence[str], env: Mapping[str, str], wait_s: float = 10.0) -> Iterator[str]:
+    """The stand-in server (TEST FIXTURE, tests/fixtures/sglang-standin) on a free 127.0.0.1 port with
+    the given flags and SGLANG_STANDIN_* settings; yields its URL once /health answers 200, or after
+    wait_s (the caller asserts what it needs); stopped afterwards."""
+    port = free_port()
+    argv = [sys.executable, "-m", "sglang_standin", "--host", "127.0.0.1", "--port", str(port), *flags]
+    proc = subprocess.Popen(argv, env={**os.environ, **env, "PYTHONPATH": str(STANDIN_ROOT)}, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + wait_s
+    while bench_client._get(url, "/health", None) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -12,12 +12,9 @@ tests run both against the stand-in server (TEST FIXTURE) with earlier traffic a
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,18 +23,12 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, free_port, standin_server
 from sglang_sm120.serve import bench_client
 from sglang_sm120.serve.report import ACCEPT_SOURCE_BENCH_SERVING, figure_lines, from_bench_serving, render_markdown, summarize
 
 CLIENT = ROOT / "module_utils/sglang_sm120/serve/bench_client.py"
 PROMPTS = ROOT / "files/benchmark/prompts.json"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ------------------------------------------------------------------ a replay of a real server
@@ -354,28 +345,16 @@ def standin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         pytest.fail("the stand-in server has no SGLANG_STANDIN_CONTROL_DIR (the accept-length control this test needs)")
     control = tmp_path / "control"
     control.mkdir()
-    port = free_port()
     env = {
-        **os.environ,
         "SGLANG_STANDIN_LOAD_SECONDS": "0.2",
         "SGLANG_STANDIN_WARMUP_SECONDS": "0.2",
         "SGLANG_STANDIN_HEALTH_SECONDS": "0.2",
         "SGLANG_STANDIN_TOKEN_MS": "1",
         "SGLANG_STANDIN_CONTROL_DIR": str(control),
-        "PYTHONPATH": str(ROOT / "tests/fixtures/sglang-standin"),
     }
-    argv = ["--host", "127.0.0.1", "--port", str(port), "--model-path", "m", "--speculative-algorithm", "EAGLE3"]
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_standin", *argv], env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while bench_client._get(url, "/health", None) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    try:
+    with standin_server(["--model-path", "m", "--speculative-algorithm", "EAGLE3"], env, wait_s=20) as url:
         assert bench_client._get(url, "/health", None) is not None, "the stand-in did not become healthy"
         yield url, control
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def lifetime_figure(url: str) -> Optional[float]:

@@ -8,18 +8,15 @@ server (TEST FIXTURE, no GPU): they pin the record format and real streamed timi
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_service_support import free_port
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, free_port, standin_server
 from sglang_sm120.serve import bench_client
 from sglang_sm120.serve.report import (
     BenchError,
@@ -487,7 +484,7 @@ def test_a_host_without_figures_still_gets_a_chart() -> None:
 
 
 def test_importing_the_chart_module_needs_no_matplotlib() -> None:
-    probe = "import sys; sys.modules['matplotlib'] = None; import bench_chart; print(bench_chart.series({})['releases'])"
+    probe = "import sys; sys.modules['matplotlib'] = None; from sglang_sm120_controller import chart; print(chart.series({})['releases'])"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "module_utils", capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
     assert "ansible" not in (ROOT / "module_utils/sglang_sm120_controller/chart.py").read_text()
@@ -523,22 +520,9 @@ def test_the_client_refuses_a_bad_prompt_file(tmp_path: Path) -> None:
 @pytest.fixture()
 def standin(request: pytest.FixtureRequest):
     """The stand-in server (TEST FIXTURE) on a free 127.0.0.1 port; param: extra argv."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "SGLANG_STANDIN_LOAD_SECONDS": "0",
-        "SGLANG_STANDIN_TOKEN_MS": "2",
-        "PYTHONPATH": str(ROOT / "tests/fixtures/sglang-standin"),
-    }
-    argv = [sys.executable, "-m", "sglang_standin", "--host", "127.0.0.1", "--port", str(port), *getattr(request, "param", [])]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while bench_client._get(url, "/health", None) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    env = {"SGLANG_STANDIN_LOAD_SECONDS": "0", "SGLANG_STANDIN_TOKEN_MS": "2"}
+    with standin_server(getattr(request, "param", []), env) as url:
+        yield url
 
 
 @pytest.mark.parametrize("standin", [["--speculative-algorithm", "EAGLE3"]], indirect=True)

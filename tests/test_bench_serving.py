@@ -10,14 +10,11 @@ import json
 import os
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_service_support import free_port
 
-from conftest import ROOT
+from conftest import ROOT, standin_server
 from sglang_sm120.serve import bench_client
 from sglang_sm120.serve.report import ACCEPT_SOURCE_BENCH_SERVING, load_run, summarize
 
@@ -38,22 +35,9 @@ TOK_S_REL, TTFT_REL, TTFT_ABS_MS, ITL_REL = 0.15, 0.25, 30.0, 0.15
 
 @pytest.fixture()
 def standin():
-    port = free_port()
-    env = {
-        **os.environ,
-        "SGLANG_STANDIN_LOAD_SECONDS": "0",
-        "SGLANG_STANDIN_TOKEN_MS": "20",
-        "PYTHONPATH": str(ROOT / "tests/fixtures/sglang-standin"),
-    }
-    argv = ["--host", "127.0.0.1", "--port", str(port), "--model-path", "/data/standin-model", "--speculative-algorithm", "EAGLE3"]
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_standin", *argv], env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while bench_client._get(url, "/health", None) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield port
-    proc.terminate()
-    proc.wait(timeout=10)
+    env = {"SGLANG_STANDIN_LOAD_SECONDS": "0", "SGLANG_STANDIN_TOKEN_MS": "20"}
+    with standin_server(["--model-path", "/data/standin-model", "--speculative-algorithm", "EAGLE3"], env) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def bench_serving_env(sglang_tree: Path) -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from sglang_sm120.serve import canary
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
@@ -35,12 +35,6 @@ PLAN = [
     "--speculative-num-draft-tokens", "4", "--enable-metrics",
 ]  # fmt: skip
 KEY = "sk-canary-test-" + "5" * 16
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def gone(pid: int) -> bool:

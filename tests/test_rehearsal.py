@@ -231,7 +231,9 @@ def real_sgl_kernel() -> tuple[Path, Path]:
     return found[0], found[0].with_name(found[0].name + ".d")
 
 
-def test_cuda_arch_that_drops_suffixes_fails(tmp_path: Path, real_sgl_kernel: tuple[Path, Path], cuobjdump: Path) -> None:
+def test_cuda_arch_that_drops_suffixes_fails(
+    tmp_path: Path, real_sgl_kernel: tuple[Path, Path], cuobjdump: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     files = [real_sgl_kernel[1] / "sgl_kernel/spatial_ops.abi3.so", real_sgl_kernel[1] / "sgl_kernel/flashmla_ops.abi3.so"]
     assert run_check("arch", check_cuda_arch_matches_cuobjdump, ROOT / "bin/cuda-arch", str(cuobjdump), files, sys.executable).ok
     copy_root = tmp_path / "repo"
@@ -242,6 +244,8 @@ def test_cuda_arch_that_drops_suffixes_fails(tmp_path: Path, real_sgl_kernel: tu
     dropped = re.sub(r'found\.append\(f"sm_\{arch\}" \+ \([^\n]*\)\)', 'found.append(f"sm_{arch}")', text)
     assert dropped != text, "the suffix code of the fatbin reader moved: update this test"
     reader.write_text(dropped)
+    # The copy's package root first: PYTHONPATH comes before the controller venv's .pth entry.
+    monkeypatch.setenv("PYTHONPATH", str(copy_root / "module_utils"))
     detail = fails(check_cuda_arch_matches_cuobjdump, copy_root / "bin/cuda-arch", str(cuobjdump), files, sys.executable)
     assert "spatial_ops.abi3.so: expected sm_100a, sm_120a, sm_80, sm_89, sm_90, sm_90a (cuobjdump), found" in detail
     assert "flashmla_ops.abi3.so: expected sm_100a, sm_90a (cuobjdump), found sm_100, sm_90" in detail

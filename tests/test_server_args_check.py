@@ -28,7 +28,7 @@ RUNTIME = CACHE / "sglang-runtime" / "0.5.9"
 PYTHON = RUNTIME / "venv" / "bin" / "python"
 TREE = CACHE / "sglang" / "0.5.9"
 MODELS = ROOT / "tests" / "data" / "models"
-SCRIPT = ROOT / "module_utils" / "server_args_check.py"
+SCRIPT = ROOT / "module_utils" / "sglang_sm120" / "launch" / "server_args.py"
 # An RTX PRO 6000 Blackwell as nvidia-smi reports it: capability 12.0, 97887 MiB, eight of them.
 SM120 = {"capability": "12.0", "memory_mib": 97887, "count": 8, "flashinfer_version": "0.6.3"}
 

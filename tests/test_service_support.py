@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from sglang_sm120.release import lock as deploy_lock
 from sglang_sm120.release.lock import LockError, acquire, release
 from sglang_sm120.serve.health import http_status
@@ -218,12 +218,6 @@ def test_check_mode_changes_nothing(tmp_path: Path) -> None:
     assert json.loads(lock.read_text())["run_id"] == "b3"
     assert deploy_lock.break_lock(str(lock), dry_run=True)["run_id"] == "b3" and lock.exists()
     assert deploy_lock.break_lock(str(lock))["run_id"] == "b3" and not lock.exists()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.parametrize("mode", ["healthy", "never-healthy", "crash"])

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import CACHE, DATA, ROOT
+from conftest import CACHE, DATA, ROOT, free_port
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
 sys.path.insert(0, str(STANDIN))
@@ -51,12 +51,6 @@ KEY, ADMIN = "sk-standin-test-0123", "sk-admin-test-4567"
 
 
 # ------------------------------------------------------------------ a stand-in process
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port: int) -> bool:
