@@ -1,0 +1,1 @@
+"""Versioned releases: their record and current link, their venv and what it really holds, the deploy lock."""
