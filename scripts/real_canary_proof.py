@@ -2,10 +2,12 @@
 """The start canary's own code (module_utils/sglang_sm120/serve/canary.py) driving a REAL SGLang server on a GPU machine.
 
 Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>-canary/ is
-made (its README says when and where). On a machine with a GPU, torch and an SGLang release importable
-(e.g. PYTHONPATH=<unpacked bundle>), from the repository root:
+made (its README says when and where). Run it on a machine with a GPU, torch and an SGLang release
+importable (e.g. an unpacked bundle on PYTHONPATH); such a machine has no controller venv, so the
+toolkit's packages come from PYTHONPATH=module_utils too. From the repository root:
 
-    python3 scripts/real_canary_proof.py --out DIR [--sglang-version 0.5.13] [--hold-free-gib 24]
+    PYTHONPATH=module_utils:<unpacked bundle> python3 scripts/real_canary_proof.py --out DIR \\
+        [--sglang-version 0.5.13] [--hold-free-gib 24]
 
 It does what the deploy's canary step does (role sglang_canary, module sglang_canary), with the same
 functions, for a release whose launch plan is the eagle3 profile on one GPU:

@@ -3,9 +3,12 @@
 
 Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>/ captures
 are made (their README says when and where). It runs on a machine with a GPU, torch and an SGLang
-release importable (e.g. PYTHONPATH=<unpacked bundle>), from the repository root:
+release importable (e.g. an unpacked bundle on PYTHONPATH); such a machine has no controller venv, so
+the toolkit's packages come from PYTHONPATH=module_utils too (bin/sglang-evidence, which it runs,
+inherits it). From the repository root:
 
-    python3 scripts/real_server_proof.py --out DIR [--shape kimi|llama] [--start-budget 300]
+    PYTHONPATH=module_utils:<unpacked bundle> python3 scripts/real_server_proof.py --out DIR \\
+        [--shape kimi|llama] [--start-budget 300]
 
 and does, with the project's code only:
   1. tiny models of the target's architecture (module_utils/sglang_sm120/serve/tiny_models.py) from the configs in
