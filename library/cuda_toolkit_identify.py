@@ -51,14 +51,9 @@ options:
     description: 'Debian revision of NVIDIA''s packages (13.0.88-C(1)).'
     type: str
     default: "1"
-attributes:
-  check_mode:
-    description: Reads only; a check-mode run does and returns exactly what a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 RETURN = r"""
@@ -101,9 +96,9 @@ drift:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
     RUNTIME_COMPONENT,
-    CudaToolkitError,
     component_pins,
     debian_series,
     identify_toolkit,
@@ -134,26 +129,24 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: identify(module, module.params))
+
+
+def identify(module: AnsibleModule, p: dict) -> dict:
     components = {str(k): str(v) for k, v in p["components"].items()}
     if RUNTIME_COMPONENT not in components:
-        module.fail_json(
-            msg=f"cuda_toolkit_components: expected the components of CUDA {p['version']} including {RUNTIME_COMPONENT} "
+        raise ToolkitError(
+            f"cuda_toolkit_components: expected the components of CUDA {p['version']} including {RUNTIME_COMPONENT} "
             f"(stack_cuda_components), found {', '.join(sorted(components)) or 'none'}"
         )
-    try:
-        series = debian_series(p["version"])
-        packages = {str(k): [str(n) for n in v] for k, v in p["component_packages"].items()}
-        pins = component_pins(p["version"], components, packages, p["meta_packages"], p["apt_revision"]) if packages else {}
-        runtime_packages = tuple(n.format(series=series) for n in p["runtime_packages"])
-        meta = p["meta_packages"][0].format(series=series) if p["meta_packages"] else ""
-        installed = dpkg_installed(module, sorted(set(pins) | set(runtime_packages) | ({meta} if meta else set())))
-        identity = identify_toolkit(
-            p["root"], {str(k): str(v) for k, v in p["runtime_releases"].items()}, installed, meta, runtime_packages
-        )
-    except CudaToolkitError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(
+    series = debian_series(p["version"])
+    packages = {str(k): [str(n) for n in v] for k, v in p["component_packages"].items()}
+    pins = component_pins(p["version"], components, packages, p["meta_packages"], p["apt_revision"]) if packages else {}
+    runtime_packages = tuple(n.format(series=series) for n in p["runtime_packages"])
+    meta = p["meta_packages"][0].format(series=series) if p["meta_packages"] else ""
+    installed = dpkg_installed(module, sorted(set(pins) | set(runtime_packages) | ({meta} if meta else set())))
+    identity = identify_toolkit(p["root"], {str(k): str(v) for k, v in p["runtime_releases"].items()}, installed, meta, runtime_packages)
+    return dict(
         changed=False,
         present=identity is not None,
         release=(identity.release or "") if identity else "",

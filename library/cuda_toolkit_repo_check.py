@@ -43,11 +43,9 @@ options:
 attributes:
   check_mode:
     description: Reads only; a check-mode run fetches and checks exactly as a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 RETURN = r"""
@@ -64,27 +62,16 @@ key_fingerprints:
   sample: [EB693B3035CD5710E231E123A4B469963BF863CC]
 """
 
-from urllib.parse import unquote, urlparse
+from functools import partial
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
-    CudaToolkitError,
-    openpgp_fingerprints,
-    read_packages_index,
-    repository_problems,
-)
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.host.cuda_toolkit import check_repository
 from ansible.module_utils.urls import fetch_url
 
 
 def fetch(module: AnsibleModule, url: str) -> bytes | None:
-    """The bytes at ``url`` (file: read directly), or None when it is not there."""
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        try:
-            with open(unquote(parsed.path), "rb") as handle:
-                return handle.read()
-        except OSError:
-            return None
+    """The bytes at an http(s) ``url``, or None when it is not there."""
     response, info = fetch_url(module, url, timeout=60)
     if response is None or info.get("status") != 200:
         return None
@@ -104,37 +91,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    url = p["url"] if p["url"].endswith("/") else p["url"] + "/"
-    result: dict = {"changed": False}
-    if p["key"] and p["fingerprints"]:
-        key = p["key"]
-        data = key.encode() if "BEGIN PGP" in key else fetch(module, key if "://" in key or key.startswith("file:") else "file://" + key)
-        if data is None:
-            module.fail_json(msg=f"cannot read the repository key {key}; nothing was changed")
-        try:
-            found = openpgp_fingerprints(data)
-        except CudaToolkitError as exc:
-            module.fail_json(msg=f"the repository key {key}: {exc}; nothing was changed")
-        allowed = {f.replace(" ", "").upper() for f in p["fingerprints"]}
-        if not allowed & set(found):
-            module.fail_json(
-                msg=f"the repository key {key} has fingerprint {', '.join(found)}, expected {', '.join(sorted(allowed))} "
-                "(cuda_toolkit_apt_key_fingerprints); nothing was changed"
-            )
-        result["key_fingerprints"] = found
-    data = fetch(module, url + "Packages.gz") or fetch(module, url + "Packages")
-    if data is None:
-        module.fail_json(msg=f"the repository {url} has no Packages.gz or Packages index (is the URL right?); nothing was changed")
-    try:
-        offered = read_packages_index(data)
-    except (OSError, EOFError, ValueError) as exc:
-        module.fail_json(msg=f"the repository {url}: cannot read its package index ({exc}); nothing was changed")
-    pins = {str(k): str(v) for k, v in p["pins"].items()}
-    problem = repository_problems(url, p["version"], pins, offered, p["required"])
-    result["offered"] = {name: offered[name] for name in pins if name in offered}
-    if problem:
-        module.fail_json(msg=problem, **result)
-    module.exit_json(**result)
+    args = (partial(fetch, module), p["url"], p["version"], p["pins"], p["required"], p["key"], p["fingerprints"])
+    run_module(module, lambda: dict(changed=False, **check_repository(*args)))
 
 
 if __name__ == "__main__":

@@ -70,11 +70,9 @@ attributes:
     description:
       - Runs nvcc and compiles the probe in a temporary directory in check mode too (nothing outside it is written).
       - O(stamp) is read in check mode, never written.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -138,8 +136,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.build.pipeline import gpu_code
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
-    CudaToolkitError,
     identify_toolkit,
     parse_dpkg_query,
     parse_nvcc_version,
@@ -168,15 +166,18 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: verify(module, module.params))
+
+
+def verify(module: AnsibleModule, p: dict) -> dict:
     home, arch = p["cuda_home"], p["arch"]
     target = re.fullmatch(r"(\d+)\.?(\d)(a?)", arch.strip())
     if not target:
-        module.fail_json(msg=f"arch: expected a compute capability like 12.0 or 12.0a, found {arch!r}")
+        raise ToolkitError(f"arch: expected a compute capability like 12.0 or 12.0a, found {arch!r}")
     code = target.group(1) + target.group(2) + target.group(3)
     nvcc = os.path.join(home, "bin", "nvcc")
     if not os.access(nvcc, os.X_OK):
-        module.fail_json(msg=f"expected an executable nvcc at {nvcc}, found none")
+        raise ToolkitError(f"expected an executable nvcc at {nvcc}, found none")
     rc, out, err = module.run_command([nvcc, "--version"])
     wanted_pkgs = {str(k): str(v) for k, v in p["packages"].items()}
     installed = {}
@@ -184,38 +185,35 @@ def main() -> None:
     names = sorted(set(wanted_pkgs) | set(p["runtime_packages"]) | ({p["meta_package"]} if p["meta_package"] else set()))
     if dpkg_query and names:
         installed = parse_dpkg_query(module.run_command([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status} ${Version}\n", *names])[1])
-    try:
-        found = parse_nvcc_version(out if rc == 0 else err)
-        releases = {str(k): str(v) for k, v in p["runtime_releases"].items()}
-        identity = identify_toolkit(home, releases, installed, p["meta_package"], tuple(p["runtime_packages"]))
-    except CudaToolkitError as exc:
-        module.fail_json(msg=str(exc))
+    found = parse_nvcc_version(out if rc == 0 else err)
+    releases = {str(k): str(v) for k, v in p["runtime_releases"].items()}
+    identity = identify_toolkit(home, releases, installed, p["meta_package"], tuple(p["runtime_packages"]))
     wanted = (p["release"], p["build"])
     if (found.release, found.build) != wanted:
-        module.fail_json(msg=f"{nvcc}: expected release {wanted[0]}, {wanted[1]}; found release {found.release}, {found.build}")
+        raise ToolkitError(f"{nvcc}: expected release {wanted[0]}, {wanted[1]}; found release {found.release}, {found.build}")
     evidence = "; ".join(identity.evidence + identity.problems)
     if p["runtime"] and identity.runtime != p["runtime"]:
         theirs = releases.get(identity.runtime or "", "")
-        module.fail_json(
-            msg=f"{home}: expected the CUDA runtime {p['runtime']}"
+        raise ToolkitError(
+            f"{home}: expected the CUDA runtime {p['runtime']}"
             + (f" ({releases[p['runtime']]}'s)" if p["runtime"] in releases else "")
             + f", found {identity.runtime or 'none'}"
             + (f" ({theirs}'s)" if theirs else "")
             + f" ({evidence}); nvcc {found.build} alone cannot tell them apart"
         )
     if p["version"] and identity.release != p["version"]:
-        module.fail_json(msg=f"{home}: expected CUDA {p['version']}, found {identity.release or 'an unknown release'} ({evidence})")
+        raise ToolkitError(f"{home}: expected CUDA {p['version']}, found {identity.release or 'an unknown release'} ({evidence})")
     drift = {name: version for name, version in installed.items() if name in wanted_pkgs and version != wanted_pkgs[name]}
     if drift:
-        module.fail_json(
-            msg=f"{home}: packages not at CUDA {p['version'] or found.release}'s versions: "
+        raise ToolkitError(
+            f"{home}: packages not at CUDA {p['version'] or found.release}'s versions: "
             + ", ".join(f"{name} {version} (expected {wanted_pkgs[name]})" for name, version in sorted(drift.items()))
         )
 
     key = probe_key(home, code, out if rc == 0 else err, PROBE) if p["stamp"] else ""
     targets = read_probe(p["stamp"], key) if key else None
     if targets is not None and f"sm_{code}" in targets:
-        module.exit_json(changed=False, probe_cached=True, **found_facts(found, identity, installed, wanted_pkgs, targets))
+        return dict(changed=False, probe_cached=True, **found_facts(found, identity, installed, wanted_pkgs, targets))
     with tempfile.TemporaryDirectory(prefix="cuda-verify-") as work:
         source, obj = os.path.join(work, "probe.cu"), os.path.join(work, "probe.o")
         with open(source, "w", encoding="ascii") as handle:
@@ -223,16 +221,16 @@ def main() -> None:
         cmd = [nvcc, "-gencode", f"arch=compute_{code},code=sm_{code}", "-c", "-o", obj, source]
         rc, out, err = module.run_command(cmd, cwd=work)
         if rc != 0:
-            module.fail_json(msg=f"nvcc could not compile a kernel for sm_{code} (exit {rc}): {(err or out).strip()[-2000:]}")
+            raise ToolkitError(f"nvcc could not compile a kernel for sm_{code} (exit {rc}): {(err or out).strip()[-2000:]}")
         targets = gpu_code(obj)
         if f"sm_{code}" not in targets:
-            module.fail_json(
-                msg=f"nvcc exited 0 but the object is wrong: {obj}: expected sm_{code} machine code, "
+            raise ToolkitError(
+                f"nvcc exited 0 but the object is wrong: {obj}: expected sm_{code} machine code, "
                 f"found {', '.join(targets) or 'no GPU code'}"
             )
     if key and not module.check_mode:
         write_probe(p["stamp"], key, targets)
-    module.exit_json(changed=False, probe_cached=False, **found_facts(found, identity, installed, wanted_pkgs, targets))
+    return dict(changed=False, probe_cached=False, **found_facts(found, identity, installed, wanted_pkgs, targets))
 
 
 def found_facts(found, identity, installed, wanted_pkgs, targets) -> dict:

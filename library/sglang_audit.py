@@ -40,11 +40,9 @@ options:
 attributes:
   check_mode:
     description: Reads the SGLang source only; a check-mode run audits and fails exactly as a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -125,7 +123,8 @@ audit:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.patches.audit import SglangAuditError, audit, audit_key, read_audit_proof, write_audit_proof
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible.module_utils.sglang_sm120.patches.audit import audit, audit_key, read_audit_proof, write_audit_proof
 
 
 def main() -> None:
@@ -142,28 +141,28 @@ def main() -> None:
         mutually_exclusive=[("model_class", "model_dir")],
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: audit_or_proof(module.params, module.check_mode))
+
+
+def audit_or_proof(p: dict, check_mode: bool) -> dict:
     key = ""
-    try:
-        if p["stamp"] and os.path.isdir(p["sglang"]):
-            key = audit_key(p["sglang"], p["model_class"], p["algorithm"], p["model_dir"])
-            proven = read_audit_proof(p["stamp"], key)
-            if proven is not None:
-                module.exit_json(changed=False, cached=True, audit=proven)
-        result = audit(p["sglang"], p["model_class"], p["algorithm"], model_dir=p["model_dir"])
-    except (SglangAuditError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+    if p["stamp"] and os.path.isdir(p["sglang"]):
+        key = audit_key(p["sglang"], p["model_class"], p["algorithm"], p["model_dir"])
+        proven = read_audit_proof(p["stamp"], key)
+        if proven is not None:
+            return dict(changed=False, cached=True, audit=proven)
+    result = audit(p["sglang"], p["model_class"], p["algorithm"], model_dir=p["model_dir"])
     report = result.to_dict()
     if not result.ok and p["fail_on_missing"]:
         sites = "; ".join(f"{name} (called at {', '.join(result.call_sites.get(name, []))})" for name in result.missing_required)
-        module.fail_json(
-            msg=f"SGLang {result.sglang_version}: {result.model_class} lacks what {result.algorithm} calls on the target model: {sites}",
+        raise ToolkitError(
+            f"SGLang {result.sglang_version}: {result.model_class} lacks what {result.algorithm} calls on the target model: {sites}",
             audit=report,
             cached=False,
         )
-    if key and result.ok and not module.check_mode:
+    if key and result.ok and not check_mode:
         write_audit_proof(p["stamp"], key, report)
-    module.exit_json(changed=False, cached=False, audit=report)
+    return dict(changed=False, cached=False, audit=report)
 
 
 if __name__ == "__main__":

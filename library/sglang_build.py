@@ -91,10 +91,9 @@ attributes:
     details:
       - C(started) reports C(cached), C(running) or C(ended) as a real run would, and C(would-build) (changed) instead of starting a build.
       - C(finished) neither waits nor verifies; it returns C(done=true) and C(status=check-mode).
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -193,7 +192,8 @@ artifact:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.build.pipeline import BuildError, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
+from ansible.module_utils.sglang_sm120.build.pipeline import derive_jobs, find_cuobjdump, host_resources, start, survey, wait
+from ansible.module_utils.sglang_sm120.errors import run_module
 
 
 def main() -> None:
@@ -217,35 +217,35 @@ def main() -> None:
         required_if=[("state", "started", ("item",)), ("state", "finished", ("item",))],
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: build(module.params, module.check_mode))
+
+
+def build(p: dict, check_mode: bool) -> dict:
     if p["state"] == "cached":
-        result = survey(p["root"], p["items"], create=not module.check_mode)
+        result = survey(p["root"], p["items"], create=not check_mode)
         cuobjdump = p["cuobjdump"] if p["cuobjdump"] and os.path.exists(p["cuobjdump"]) else ""
-        module.exit_json(changed=bool(result["created"]), cuobjdump=cuobjdump, **result)
+        return dict(changed=bool(result["created"]), cuobjdump=cuobjdump, **result)
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
-    try:
-        if p["state"] == "started":
-            result = start(
-                p["item"],
-                p["root"],
-                p["staged"],
-                p["python"],
-                p["dep_dirs"],
-                jobs,
-                p["cuda_home"],
-                check=module.check_mode,
-                prebuilt_staged=p["prebuilt_staged"],
-                pip_args=p["pip_args"],
-            )
-            result["jobs"] = jobs
-            module.exit_json(**result)
-        if module.check_mode:
-            module.exit_json(changed=False, done=True, status="check-mode")
-        cuobjdump = p["cuobjdump"] or find_cuobjdump(p["cuda_home"])
-        result = wait(p["item"], p["root"], p["wait_seconds"], cuobjdump)
-    except BuildError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=result["status"] == "built", **result)
+    if p["state"] == "started":
+        result = start(
+            p["item"],
+            p["root"],
+            p["staged"],
+            p["python"],
+            p["dep_dirs"],
+            jobs,
+            p["cuda_home"],
+            check=check_mode,
+            prebuilt_staged=p["prebuilt_staged"],
+            pip_args=p["pip_args"],
+        )
+        result["jobs"] = jobs
+        return result
+    if check_mode:
+        return dict(changed=False, done=True, status="check-mode")
+    cuobjdump = p["cuobjdump"] or find_cuobjdump(p["cuda_home"])
+    result = wait(p["item"], p["root"], p["wait_seconds"], cuobjdump)
+    return dict(changed=result["status"] == "built", **result)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,9 @@ options:
 attributes:
   check_mode:
     description: Computes only; a check-mode run plans exactly as a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -69,7 +67,8 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.build.pipeline import BuildSpecError, plan
+from ansible.module_utils.sglang_sm120.build.pipeline import plan
+from ansible.module_utils.sglang_sm120.errors import run_module
 
 
 def main() -> None:
@@ -77,11 +76,8 @@ def main() -> None:
         argument_spec=dict(specs=dict(type="list", elements="raw", required=True), context=dict(type="dict", required=True)),
         supports_check_mode=True,
     )
-    try:
-        planned = plan(module.params["specs"], module.params["context"])
-    except BuildSpecError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, plan=[p.to_dict() for p in planned])
+    p = module.params
+    run_module(module, lambda: dict(changed=False, plan=[planned.to_dict() for planned in plan(p["specs"], p["context"])]))
 
 
 if __name__ == "__main__":

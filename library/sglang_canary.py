@@ -135,10 +135,9 @@ attributes:
   check_mode:
     description: Starts nothing; returns the command that would run and its argv.
     support: full
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 notes:
   - Reports C(changed=false), since the server is stopped again; only O(log) is written.
 """
@@ -288,36 +287,20 @@ url:
 """
 
 import os
-import shutil
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.serve.bench_client import KeysFileError, read_keys
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.serve.canary import (
     DEFAULT_PROMPTS,
-    GPU_QUERY,
     POLICIES,
-    CanaryArgvError,
-    EnvFileError,
     canary_argv,
     canary_gpus,
-    parse_gpu_memory,
     place,
+    query_gpu_memory,
+    read_api_keys,
     read_env_file,
     run_canary,
 )
-
-
-def gpu_memory(module: AnsibleModule):
-    if shutil.which(GPU_QUERY[0]) is None:
-        module.fail_json(
-            msg="gpu_query: nvidia-smi is not on PATH, so the GPUs' free memory cannot be read (gpu_query=false on a host without GPUs)"
-        )
-    try:
-        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        module.fail_json(msg=f"{' '.join(GPU_QUERY)} failed: {exc}")
-    return parse_gpu_memory(out)
 
 
 def main() -> None:
@@ -348,34 +331,34 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    try:
-        env: dict[str, str] = {}
-        for path in p["env_files"]:
-            values = read_env_file(path)
-            env.update(values)
-            if os.path.exists(path.lstrip("-")) and not os.stat(path.lstrip("-")).st_mode & 0o004:
-                module.no_log_values.update(v for v in values.values() if v)  # a file others cannot read holds secrets
-        env.update({str(k): str(v) for k, v in p["env"].items()})
-        keys = read_keys(p["keys_file"]) if p["keys_file"] else {}
-        module.no_log_values.update(v for v in keys.values() if v)
-        if p["gpus_freed"] or p["policy"] in ("off", "switch-window"):
-            placement = place("switch-window" if p["gpus_freed"] else p["policy"], None, [], p["mem_fraction"], p["min_free_mib"])
-        else:
-            gpus = gpu_memory(module) if p["gpu_query"] else None
-            placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["min_free_mib"])
-        argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], placement.mem_fraction, p["kv_cache_dtype"])
-    except (CanaryArgvError, EnvFileError, KeysFileError, OSError, ValueError) as exc:
-        module.fail_json(msg=str(exc))
+    run_module(module, lambda: canary(module, module.params))
+
+
+def canary(module: AnsibleModule, p: dict) -> dict:
+    env: dict[str, str] = {}
+    for path in p["env_files"]:
+        values = read_env_file(path)
+        env.update(values)
+        if os.path.exists(path.lstrip("-")) and not os.stat(path.lstrip("-")).st_mode & 0o004:
+            module.no_log_values.update(v for v in values.values() if v)  # a file others cannot read holds secrets
+    env.update({str(k): str(v) for k, v in p["env"].items()})
+    keys = read_api_keys(p["keys_file"]) if p["keys_file"] else {}
+    module.no_log_values.update(v for v in keys.values() if v)
+    if p["gpus_freed"] or p["policy"] in ("off", "switch-window"):
+        placement = place("switch-window" if p["gpus_freed"] else p["policy"], None, [], p["mem_fraction"], p["min_free_mib"])
+    else:
+        gpus = query_gpu_memory() if p["gpu_query"] else None
+        placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["min_free_mib"])
+    argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], placement.mem_fraction, p["kv_cache_dtype"])
     command = [p["python"], "-m", p["module"], *argv]
     ready = placement.mode == "beside" or (placement.mode == "switch-window" and p["gpus_freed"])
     if not ready:
         why = placement.reason if placement.mode == "off" else f"not run yet: {placement.reason}"
-        module.exit_json(
+        return dict(
             changed=False, ran=False, ok=None, phase="not run", message=why, placement=placement.to_dict(), command=command, argv=argv
         )
     if module.check_mode:
-        module.exit_json(
+        return dict(
             changed=False, ran=False, ok=None, phase="check mode", message="check mode: nothing started", placement=placement.to_dict(),
             command=command, argv=argv,
         )  # fmt: skip
@@ -396,8 +379,8 @@ def main() -> None:
     result.update(ran=True, placement=placement.to_dict())
     if not result["ok"]:
         msg = result.pop("message")
-        module.fail_json(msg=msg, message=msg, changed=False, **result)
-    module.exit_json(changed=False, **result)
+        raise ToolkitError(msg, message=msg, changed=False, **result)
+    return dict(changed=False, **result)
 
 
 if __name__ == "__main__":

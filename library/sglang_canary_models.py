@@ -65,10 +65,9 @@ attributes:
   check_mode:
     description: Reads the configs and the manifest and reports whether a run would write, writing nothing.
     support: full
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -165,8 +164,8 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.serve.canary import DRAFT_FLAGS, MODEL_FLAGS, TP_FLAGS, flag_value
-from ansible.module_utils.sglang_sm120.serve.tiny_models import TinyModelError, UnknownArchitectureError, ensure
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.serve.canary_models import UNKNOWN_ARCHITECTURE, canary_models
 
 
 def main() -> None:
@@ -178,38 +177,14 @@ def main() -> None:
             tokenizer_path=dict(type="path", required=True),
             dest=dict(type="path", required=True),
             tp_size=dict(type="int"),
-            unknown_architecture=dict(type="str", default="fail", choices=["fail", "skip"]),
+            unknown_architecture=dict(type="str", default="fail", choices=list(UNKNOWN_ARCHITECTURE)),
         ),
         required_one_of=[("target_model_path", "argv")],
         supports_check_mode=True,
     )
     p = module.params
-    argv = p["argv"] or []
-    target = p["target_model_path"] or flag_value(argv, MODEL_FLAGS)
-    draft = p["draft_model_path"] or flag_value(argv, DRAFT_FLAGS)
-    if not target:
-        module.fail_json(msg="argv: the launch flags have no --model-path, so the target's config.json cannot be read")
-    try:
-        tp_size = int(p["tp_size"] or flag_value(argv, TP_FLAGS) or 1)
-    except ValueError:
-        module.fail_json(msg=f"argv: --tp-size must be a number, found {flag_value(argv, TP_FLAGS)!r}")
-    try:
-        result = ensure(
-            p["dest"],
-            target,
-            draft_dir=draft,
-            tokenizer_dir=p["tokenizer_path"],
-            tp_size=tp_size,
-            check_mode=module.check_mode,
-        )
-    except UnknownArchitectureError as exc:
-        if p["unknown_architecture"] == "fail":
-            module.fail_json(msg=f"{exc}; the canary cannot run (unknown_architecture=fail)", unknown_architecture=exc.architecture)
-        reason = f"{exc}; the canary is skipped"
-        module.exit_json(changed=False, generated=False, unknown_architecture=exc.architecture, skipped_reason=reason)
-    except (TinyModelError, OSError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(generated=True, **result)
+    models = (p["dest"], p["tokenizer_path"], p["argv"] or [], p["target_model_path"], p["draft_model_path"], p["tp_size"])
+    run_module(module, lambda: canary_models(*models, check_mode=module.check_mode, unknown_architecture=p["unknown_architecture"]))
 
 
 if __name__ == "__main__":

@@ -57,11 +57,9 @@ options:
 attributes:
   check_mode:
     description: Polls only; a check-mode run waits and reads the unit, the endpoint and the journal as a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -116,6 +114,7 @@ runtime_findings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.serve.evidence import findings, judge, select_lines
 from ansible.module_utils.sglang_sm120.serve.health import journal, poll
 
@@ -135,7 +134,10 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: health(module.params))
+
+
+def health(p: dict) -> dict:
     result = poll(
         p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"], probe_timeout=p["probe_timeout"]
     )
@@ -143,7 +145,7 @@ def main() -> None:
     if p["sglang_version"] and (result.healthy or result.crashed):
         lines = select_lines(journal(p["unit"], p["started"], 5000), p["sglang_version"])
         optimisations = judge(p["argv"], lines, None, p["sglang_version"])
-    module.exit_json(
+    return dict(
         changed=False,
         poll=result.to_dict(),
         journal_tail=journal(p["unit"], p["started"], p["journal_lines"]),

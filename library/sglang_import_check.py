@@ -49,11 +49,9 @@ options:
 attributes:
   check_mode:
     description: Imports only (no bytecode written); a check-mode run imports and fails exactly as a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -86,8 +84,8 @@ imports:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.patches.import_check import (
-    ImportCheckError,
     check_imports,
     failure_message,
     module_name,
@@ -111,25 +109,25 @@ def main() -> None:
         required_by={"stamp": ("sglang_dir",)},
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: import_check(module.params, module.check_mode), partial=dict(imports=[], cached=False))
+
+
+def import_check(p: dict, check_mode: bool) -> dict:
     env = {k: str(v) for k, v in p["environment"].items()}
     key = None
-    try:
-        names = [module_name(t) for t in p["targets"]] + list(p["modules"])
-        if p["stamp"]:
-            key = proof_key(p["python"], names, env, p["sglang_dir"], p["targets"])
-            proven = read_proof(p["stamp"], key)
-            if proven is not None:
-                module.exit_json(changed=False, cached=True, imports=[o.to_dict() for o in proven])
-        outcomes = check_imports(p["python"], names, env, p["timeout"])
-    except (OSError, ValueError, ImportCheckError) as exc:
-        module.fail_json(msg=str(exc), imports=[], cached=False)
+    names = [module_name(t) for t in p["targets"]] + list(p["modules"])
+    if p["stamp"]:
+        key = proof_key(p["python"], names, env, p["sglang_dir"], p["targets"])
+        proven = read_proof(p["stamp"], key)
+        if proven is not None:
+            return dict(changed=False, cached=True, imports=[o.to_dict() for o in proven])
+    outcomes = check_imports(p["python"], names, env, p["timeout"])
     imports = [o.to_dict() for o in outcomes]
     if not all(o.ok for o in outcomes):
-        module.fail_json(msg=failure_message(p["python"], outcomes), imports=imports, cached=False)
-    if key and outcomes and not module.check_mode:
+        raise ToolkitError(failure_message(p["python"], outcomes), imports=imports, cached=False)
+    if key and outcomes and not check_mode:
         write_proof(p["stamp"], key, outcomes)
-    module.exit_json(changed=False, cached=False, imports=imports)
+    return dict(changed=False, cached=False, imports=imports)
 
 
 if __name__ == "__main__":

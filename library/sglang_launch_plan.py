@@ -97,10 +97,6 @@ options:
         environment, patches, Python, the checker's source); a hit skips the check. Only when
         O(sglang) is a wheel file. Not written in check mode. The start gate is never cached.
     type: path
-  start_failures:
-    description: The catalogue of known start failures (files/start-failures.yml, parsed); empty runs no start gate.
-    type: dict
-    default: {}
   start_failures_skipped:
     description: Why O(start_failures) is empty, said in the plan's C(start_gate.summary) after C(not run).
     type: str
@@ -119,9 +115,10 @@ options:
 attributes:
   check_mode:
     support: full
-  diff_mode:
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
+  - sglang_sm120.start_failures
 """
 
 EXAMPLES = r"""
@@ -209,8 +206,8 @@ plan:
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.launch.flags import FlagError
-from ansible.module_utils.sglang_sm120.launch.plan import LaunchPlanError, make_plan, manifest_digest, planned_patches, write_model_files
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.launch.plan import make_plan, manifest_digest, planned_patches, write_model_files
 
 
 def main() -> None:
@@ -240,17 +237,12 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: launch_plan(module.params, module.check_mode))
+
+
+def launch_plan(p: dict, check_mode: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="sglang-model-configs-") as scratch:
-        try:
-            model_dirs = write_model_files(scratch, p["model_files"])
-        except LaunchPlanError as exc:
-            module.fail_json(msg=str(exc))
-        plan_or_fail(module, p, model_dirs)
-
-
-def plan_or_fail(module: AnsibleModule, p: dict, model_dirs: dict) -> None:
-    try:
+        model_dirs = write_model_files(scratch, p["model_files"])
         patches = p["patches"] if p["patches"] is not None else planned_patches(p["manifest"], p["patches_only"])
         plan = make_plan(
             p["sglang"],
@@ -268,15 +260,13 @@ def plan_or_fail(module: AnsibleModule, p: dict, model_dirs: dict) -> None:
             python=p["python"],
             pythonpath=p["pythonpath"],
             cache=p["cache"],
-            write_cache=not module.check_mode,
+            write_cache=not check_mode,
             catalogue=p["start_failures"],
             model_dirs=model_dirs,
             host_facts=p["host_facts"],
             gate_skipped=p["start_failures_skipped"],
         )
-    except (LaunchPlanError, FlagError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])})
+        return dict(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])})
 
 
 if __name__ == "__main__":

@@ -29,10 +29,6 @@ options:
     description: The release's virtualenv (C(<root>/releases/<id>/venv)); its SGLang is the one checked.
     type: path
     required: true
-  start_failures:
-    description: The catalogue of known start failures (files/start-failures.yml, parsed); empty runs no start gate.
-    type: dict
-    default: {}
   model_files:
     description:
       - The config files of a model path the flags name, given instead of that directory, path ->
@@ -61,11 +57,10 @@ options:
 attributes:
   check_mode:
     description: Runs the check as a real run does (nothing is changed); the cache is not written.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
+  - sglang_sm120.start_failures
 """
 
 EXAMPLES = r"""
@@ -107,10 +102,9 @@ cached:
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.launch.flags import FlagError
-from ansible.module_utils.sglang_sm120.launch.plan import LaunchPlanError, verify_plan, write_model_files
-from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
-from ansible.module_utils.sglang_sm120.release.venv import find_sglang
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.launch.plan import verify_plan, write_model_files
+from ansible.module_utils.sglang_sm120.release.venv import release_sglang
 
 
 def main() -> None:
@@ -127,30 +121,26 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    try:
-        package = find_sglang(p["venv"])
-    except SglangPatchError as exc:
-        module.fail_json(msg=f"venv {p['venv']}: {exc}")
+    run_module(module, lambda: launch_verify(module.params, module.check_mode))
+
+
+def launch_verify(p: dict, check_mode: bool) -> dict:
+    package = release_sglang(p["venv"])
     with tempfile.TemporaryDirectory(prefix="sglang-model-configs-") as scratch:
-        try:
-            plan = verify_plan(
-                p["plan"],
-                python=f"{p['venv']}/bin/python",
-                sglang_dir=package.sglang_dir,
-                catalogue=p["start_failures"],
-                model_dirs=write_model_files(scratch, p["model_files"]),
-                host_facts=p["host_facts"],
-                gpu_major=p["gpu_major"],
-                cache=p["cache"],
-                write_cache=not module.check_mode,
-                timeout=p["timeout"],
-            )
-        except (LaunchPlanError, FlagError) as exc:
-            module.fail_json(msg=str(exc))
-    result = plan.to_dict()
+        plan = verify_plan(
+            p["plan"],
+            python=f"{p['venv']}/bin/python",
+            sglang_dir=package.sglang_dir,
+            catalogue=p["start_failures"],
+            model_dirs=write_model_files(scratch, p["model_files"]),
+            host_facts=p["host_facts"],
+            gpu_major=p["gpu_major"],
+            cache=p["cache"],
+            write_cache=not check_mode,
+            timeout=p["timeout"],
+        )
     # what the plan carried beside its fields (manifest_sha256) is kept
-    module.exit_json(changed=False, plan={**p["plan"], **result}, cached=bool(plan.server_args.get("cached")))
+    return dict(changed=False, plan={**p["plan"], **plan.to_dict()}, cached=bool(plan.server_args.get("cached")))
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ attributes:
     support: full
   diff_mode:
     description: No diff; the lock is run bookkeeping, not host configuration.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -129,7 +130,8 @@ removed_holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.release.lock import LockError, acquire, break_lock, describe, release
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.release.lock import acquire, break_lock, describe, release
 
 
 def main() -> None:
@@ -146,33 +148,33 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: lock(module, module.params))
+
+
+def lock(module: AnsibleModule, p: dict) -> dict:
     if p["state"] == "absent":
         if p["force"]:
             removed = break_lock(p["path"], dry_run=module.check_mode)
             if removed is not None:
                 module.warn(f"broke the deploy lock {p['path']} of {describe(removed)}")
             result = {"removed": removed is not None and not module.check_mode}
-            module.exit_json(changed=removed is not None, removed_holder=removed, **result)
+            return dict(changed=removed is not None, removed_holder=removed, **result)
         removed = False if module.check_mode else release(p["path"], str(p["holder"].get("run_id")))
         # The lock is bookkeeping of the run, not a change to the host's configuration.
-        module.exit_json(changed=False, removed=removed)
-    try:
-        result = acquire(
-            p["path"],
-            p["holder"],
-            p["stale_minutes"],
-            holder_check=p["holder_check"],
-            defer_same_controller=p["defer_same_controller"],
-            break_hint=p["break_hint"],
-            dry_run=module.check_mode,
-        )
-    except LockError as exc:
-        module.fail_json(msg=str(exc))
+        return dict(changed=False, removed=removed)
+    result = acquire(
+        p["path"],
+        p["holder"],
+        p["stale_minutes"],
+        holder_check=p["holder_check"],
+        defer_same_controller=p["defer_same_controller"],
+        break_hint=p["break_hint"],
+        dry_run=module.check_mode,
+    )
     message = result.pop("message", None)
     if message:
         module.warn(message.replace("took over", "would take over", 1) if module.check_mode else message)
-    module.exit_json(changed=False, **result)
+    return dict(changed=False, **result)
 
 
 if __name__ == "__main__":

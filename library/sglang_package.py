@@ -33,14 +33,9 @@ options:
   state_dir:
     description: The patch state directory (default C(<sglang_dir>/../.sglang-patches)).
     type: path
-attributes:
-  check_mode:
-    description: Reads only; a check-mode run returns exactly what a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
 """
 
 EXAMPLES = r"""
@@ -89,8 +84,8 @@ pristine:
 import base64
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.patches.engine import pristine_sources
-from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 from ansible.module_utils.sglang_sm120.release.venv import find_sglang
 
@@ -105,20 +100,20 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: package(module.params))
+
+
+def package(p: dict) -> dict:
     pristine = {}
-    try:
-        package = find_sglang(p["venv"])
-        if p["pristine_of"]:
-            if not p["manifest"]:
-                module.fail_json(msg="pristine_of needs the manifest")
-            manifest = load_manifest(p["manifest"], rendered={})
-            for target, found in pristine_sources(manifest, package.sglang_dir, p["state_dir"], p["pristine_of"]).items():
-                content = base64.b64encode(found.pop("content")).decode("ascii")
-                pristine[target] = dict(found, content_base64=content)
-    except SglangPatchError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, package=package.to_dict(), pristine=pristine)
+    found_package = find_sglang(p["venv"])
+    if p["pristine_of"]:
+        if not p["manifest"]:
+            raise ToolkitError("pristine_of needs the manifest")
+        manifest = load_manifest(p["manifest"], rendered={})
+        for target, found in pristine_sources(manifest, found_package.sglang_dir, p["state_dir"], p["pristine_of"]).items():
+            content = base64.b64encode(found.pop("content")).decode("ascii")
+            pristine[target] = dict(found, content_base64=content)
+    return dict(changed=False, package=found_package.to_dict(), pristine=pristine)
 
 
 if __name__ == "__main__":

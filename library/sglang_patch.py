@@ -21,10 +21,6 @@ options:
     description: The installed C(sglang/) package directory.
     type: path
     required: true
-  manifest:
-    description: The parsed C(files/patches/manifest.yml).
-    type: dict
-    required: true
   template_dir:
     description:
       - Directory on the host holding the C(<id>.diff.j2) templates (rendered here, needs jinja2).
@@ -42,10 +38,6 @@ options:
     description: Patch ids to act on (default, the patches that are on by default; for absent, all recorded).
     type: list
     elements: str
-  values:
-    description: Template variables, overriding the manifest's defaults.
-    type: dict
-    default: {}
   state:
     description: present applies, absent reverts.
     type: str
@@ -58,7 +50,9 @@ attributes:
   diff_mode:
     description: Returns the unified diff of every file the patches change (or would change, in check mode).
     support: full
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.patch_manifest
 """
 
 EXAMPLES = r"""
@@ -110,8 +104,8 @@ patches:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.patches.engine import apply, revert
-from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
 
@@ -131,20 +125,19 @@ def main() -> None:
         mutually_exclusive=[("template_dir", "rendered")],
         supports_check_mode=True,
     )
-    p = module.params
-    try:
-        manifest = load_manifest(p["manifest"], p["template_dir"], p["rendered"])
-        if p["state"] == "present":
-            results = apply(manifest, p["sglang_dir"], p["state_dir"], p["only"], p["values"], check=module.check_mode)
-        else:
-            results = revert(manifest, p["sglang_dir"], p["state_dir"], p["only"], check=module.check_mode)
-    except SglangPatchError as exc:
-        module.fail_json(msg=str(exc))
-    changed = any(result.changed for result in results)
-    output = dict(changed=changed, patches=[result.to_dict() for result in results])
-    if module._diff:
+    run_module(module, lambda: patch(module.params, module.check_mode, module._diff))
+
+
+def patch(p: dict, check_mode: bool, diff: bool) -> dict:
+    manifest = load_manifest(p["manifest"], p["template_dir"], p["rendered"])
+    if p["state"] == "present":
+        results = apply(manifest, p["sglang_dir"], p["state_dir"], p["only"], p["values"], check=check_mode)
+    else:
+        results = revert(manifest, p["sglang_dir"], p["state_dir"], p["only"], check=check_mode)
+    output = dict(changed=any(result.changed for result in results), patches=[result.to_dict() for result in results])
+    if diff:
         output["diff"] = [dict(prepared=result.diff) for result in results if result.diff]
-    module.exit_json(**output)
+    return output
 
 
 if __name__ == "__main__":

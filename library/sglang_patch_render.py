@@ -15,10 +15,6 @@ description:
     patch, the file and the line, when the patch adds a message such as an undefined name. Needs
     pyflakes in the controller's Python (requirements.txt).
 options:
-  manifest:
-    description: The parsed C(files/patches/manifest.yml).
-    type: dict
-    required: true
   template_dir:
     description: Directory holding the templates.
     type: path
@@ -27,10 +23,6 @@ options:
     description: Patch ids to render (default, the patches that are on by default).
     type: list
     elements: str
-  values:
-    description: Template variables, overriding the manifest's defaults.
-    type: dict
-    default: {}
   pristine:
     description:
       - The targets' pristine bytes, as returned by M(sglang_package) with its C(pristine_of) option
@@ -39,11 +31,10 @@ options:
 attributes:
   check_mode:
     description: Renders and lints only; a check-mode run does and returns exactly what a real run does.
-    support: full
-  diff_mode:
-    description: No diff; nothing is changed.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.read_only
+  - sglang_sm120.patch_manifest
 """
 
 EXAMPLES = r"""
@@ -80,12 +71,9 @@ linted:
   sample: [kimi_k25_eagle3_delegation, torch_symm_mem_capability]
 """
 
-import base64
-import binascii
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.patches.engine import prove_rendered, render_selected
-from ansible.module_utils.sglang_sm120.patches.errors import SglangPatchError
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.patches.engine import pristine_originals, prove_rendered, render_selected
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
 
@@ -100,18 +88,16 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: render(module.params))
+
+
+def render(p: dict) -> dict:
     linted = []
-    try:
-        rendered = render_selected(load_manifest(p["manifest"], p["template_dir"]), p["only"], p["values"])
-        if p["pristine"]:
-            originals = {target: base64.b64decode(entry["content_base64"], validate=True) for target, entry in p["pristine"].items()}
-            linted = prove_rendered(load_manifest(p["manifest"], rendered=rendered), originals, p["only"], p["values"])
-    except (KeyError, TypeError, binascii.Error) as exc:
-        module.fail_json(msg=f"pristine: expected per target a mapping with content_base64: {exc!r}")
-    except SglangPatchError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, rendered=rendered, linted=linted)
+    rendered = render_selected(load_manifest(p["manifest"], p["template_dir"]), p["only"], p["values"])
+    if p["pristine"]:
+        originals = pristine_originals(p["pristine"])
+        linted = prove_rendered(load_manifest(p["manifest"], rendered=rendered), originals, p["only"], p["values"])
+    return dict(changed=False, rendered=rendered, linted=linted)
 
 
 if __name__ == "__main__":

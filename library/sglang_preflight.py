@@ -80,10 +80,9 @@ attributes:
   check_mode:
     description: Measures, and says whether O(save_facts) would change, without writing it; it fails exactly as a real run does.
     support: full
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -231,7 +230,8 @@ import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.files import atomic_write
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible.module_utils.sglang_sm120.files import write_changed
 from ansible.module_utils.sglang_sm120.host.facts import DEFAULT_CUDA_HOME, gather
 from ansible.module_utils.sglang_sm120.host.nvidia_smi import QUERY_ARGS, GpuExpectation, gpu_report
 from ansible.module_utils.sglang_sm120.host.resources import DiskNeed, check_disk, check_memory
@@ -268,7 +268,10 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    params = module.params
+    run_module(module, lambda: preflight(module, module.params))
+
+
+def preflight(module: AnsibleModule, params: dict) -> dict:
     needs = [DiskNeed(d["label"], d["path"], d["min_gib"]) for d in params["disks"]]
     disks, problems = check_disk(needs)
     with open("/proc/meminfo", encoding="ascii") as handle:
@@ -316,23 +319,13 @@ def main() -> None:
         problems=problems,
     )
     if problems:
-        module.fail_json(msg=f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
-    module.exit_json(**result)
+        raise ToolkitError(f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
+    return result
 
 
 def save_facts(path: str, facts: dict, check_mode: bool) -> bool:
     """Write the facts file when its content differs; whether it changed (or would, in check mode)."""
-    target = Path(path)
-    data = (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode()
-    try:
-        if target.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    if not check_mode:
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        atomic_write(target, data, 0o644)
-    return True
+    return write_changed(Path(path), (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644, check_mode)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ attributes:
   diff_mode:
     description: Only switch returns a diff (the current symlink before and after); the other actions return none.
     support: partial
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
 """
 
 EXAMPLES = r"""
@@ -98,7 +99,8 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.release.records import ReleaseError, Releases, release_key
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.release.records import Releases, release_key
 
 
 def main() -> None:
@@ -128,36 +130,36 @@ def main() -> None:
         ],
         supports_check_mode=True,
     )
-    p = module.params
+    run_module(module, lambda: release_action(module.params, module.check_mode, module._diff))
+
+
+def release_action(p: dict, check: bool, diff: bool) -> dict:
     releases = Releases(p["root"])
-    action, check = p["action"], module.check_mode
+    action = p["action"]
     changed, release, extra = False, p["release"], {}
-    try:
-        if action == "find":
-            extra["key"] = p["key"] or release_key(p["inputs"])
-            release = releases.find(extra["key"])
-        elif action == "rollback_target":
-            extra["rollback_from"], release = releases.rollback_target(p["release"])
-        elif action == "create":
-            changed = True
-            release = None if check else releases.create(p["key"], p["inputs"])
-        elif action in ("ready", "good", "bad"):
-            changed = True if check else releases.set_state(p["release"], action, p["reason"], p["manifest"])
-        elif action == "discard":
-            changed = True
-            if not check:
-                releases.discard(p["release"], p["reason"])
-        elif action == "switch":
-            before = releases.summary().get("current_link")
-            changed = releases.switch(p["release"], check=check)
-            if changed and module._diff:
-                extra["diff"] = {"before": f"current -> {before}\n", "after": f"current -> releases/{p['release']}\n"}
-        elif action == "prune":
-            extra["pruned"] = releases.prune(p["keep"], check=check)
-            changed = bool(extra["pruned"])
-    except (ReleaseError, OSError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=changed, release=release, record=releases.summary(), **extra)
+    if action == "find":
+        extra["key"] = p["key"] or release_key(p["inputs"])
+        release = releases.find(extra["key"])
+    elif action == "rollback_target":
+        extra["rollback_from"], release = releases.rollback_target(p["release"])
+    elif action == "create":
+        changed = True
+        release = None if check else releases.create(p["key"], p["inputs"])
+    elif action in ("ready", "good", "bad"):
+        changed = True if check else releases.set_state(p["release"], action, p["reason"], p["manifest"])
+    elif action == "discard":
+        changed = True
+        if not check:
+            releases.discard(p["release"], p["reason"])
+    elif action == "switch":
+        before = releases.summary().get("current_link")
+        changed = releases.switch(p["release"], check=check)
+        if changed and diff:
+            extra["diff"] = {"before": f"current -> {before}\n", "after": f"current -> releases/{p['release']}\n"}
+    elif action == "prune":
+        extra["pruned"] = releases.prune(p["keep"], check=check)
+        changed = bool(extra["pruned"])
+    return dict(changed=changed, release=release, record=releases.summary(), **extra)
 
 
 if __name__ == "__main__":

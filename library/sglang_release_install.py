@@ -83,10 +83,9 @@ attributes:
   check_mode:
     description: Not supported; in check mode Ansible skips the module.
     support: none
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -155,15 +154,9 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.build.elf_closure import ClosureError, pth_dirs, scan_venv
-from ansible.module_utils.sglang_sm120.release.install import (
-    InstallError,
-    constraints_text,
-    install_argv,
-    read_back,
-    release_wheels,
-    site_packages,
-)
+from ansible.module_utils.sglang_sm120.build.elf_closure import pth_dirs, scan_venv
+from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible.module_utils.sglang_sm120.release.install import constraints_text, install_argv, read_back, release_wheels, site_packages
 
 
 def main() -> None:
@@ -184,38 +177,36 @@ def main() -> None:
         ),
         supports_check_mode=False,
     )
-    p = module.params
-    result = {}
-    try:
-        wheels = release_wheels(p["build_root"], p["artifacts"], p["specs"])
-        if p["install"]:
-            dirs = list(dict.fromkeys(os.path.dirname(w["wheel"]) for w in wheels))
-            with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as handle:
-                handle.write(constraints_text(wheels))
-            argv = install_argv(os.path.join(p["venv"], "bin", "python"), wheels, p["install_deps"], dirs + p["find_links"], handle.name)
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-            os.unlink(handle.name)
-            if p["log"]:
-                with open(p["log"], "a", encoding="utf-8") as log:
-                    log.write("+ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr)
-            result["argv"] = argv
-            if proc.returncode != 0:
-                module.fail_json(
-                    msg=f"pip install of the verified wheels failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}", **result
-                )
-        result.update(read_back(p["venv"], wheels, p["cuobjdump"]))
-        if p["check_closure"]:
-            sites = site_packages(p["venv"])
-            closure = scan_venv(sites, host_dirs=p["library_dirs"], allowlist=p["closure_allowlist"], provider_sites=pth_dirs(sites))
-            result["library_closure"] = closure.summary()
-            failure = closure.failure()
-            if failure:
-                module.fail_json(msg=f"the release venv {p['venv']}: {failure}", **result)
-        else:
-            result["library_closure"] = {"skipped": "check_closure is false"}
-    except (InstallError, ClosureError, OSError, subprocess.CalledProcessError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    module.exit_json(changed=p["install"], **result)
+    result = {}  # what a failure returns too: what was done before it
+    run_module(module, lambda: install(module.params, result), partial=result)
+
+
+def install(p: dict, result: dict) -> dict:
+    wheels = release_wheels(p["build_root"], p["artifacts"], p["specs"])
+    if p["install"]:
+        dirs = list(dict.fromkeys(os.path.dirname(w["wheel"]) for w in wheels))
+        with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as handle:
+            handle.write(constraints_text(wheels))
+        argv = install_argv(os.path.join(p["venv"], "bin", "python"), wheels, p["install_deps"], dirs + p["find_links"], handle.name)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        os.unlink(handle.name)
+        if p["log"]:
+            with open(p["log"], "a", encoding="utf-8") as log:
+                log.write("+ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr)
+        result["argv"] = argv
+        if proc.returncode != 0:
+            raise ToolkitError(f"pip install of the verified wheels failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
+    result.update(read_back(p["venv"], wheels, p["cuobjdump"]))
+    if p["check_closure"]:
+        sites = site_packages(p["venv"])
+        closure = scan_venv(sites, host_dirs=p["library_dirs"], allowlist=p["closure_allowlist"], provider_sites=pth_dirs(sites))
+        result["library_closure"] = closure.summary()
+        failure = closure.failure()
+        if failure:
+            raise ToolkitError(f"the release venv {p['venv']}: {failure}")
+    else:
+        result["library_closure"] = {"skipped": "check_closure is false"}
+    return dict(changed=p["install"], **result)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,9 @@ attributes:
   check_mode:
     description: Reads and judges every run as a real run does and fails the same way; writes neither the record nor the report files.
     support: full
-  diff_mode:
-    description: No diff.
-    support: none
-author: sglang-sm120 toolkit
+extends_documentation_fragment:
+  - sglang_sm120
+  - sglang_sm120.no_diff
 """
 
 EXAMPLES = r"""
@@ -140,24 +139,10 @@ report_dir:
   sample: /opt/sglang/releases/0002-1a2b3c4d/report
 """
 
-import json
-from pathlib import Path
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.release.records import ReleaseError, Releases
-from ansible.module_utils.sglang_sm120.serve.report import (
-    BenchError,
-    build_report,
-    figure_lines,
-    history_from_record,
-    load_run,
-    read_evidence,
-    record_entry,
-    render_markdown,
-    summarize,
-    verdict,
-    write_report_dir,
-)
+from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.release.records import Releases
+from ansible.module_utils.sglang_sm120.serve.report import report_release
 
 
 def main() -> None:
@@ -180,42 +165,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    releases = Releases(p["root"])
-    try:
-        figures: dict[str, dict[str, dict]] = {}
-        for item in p["runs"]:
-            if item.get("slot") not in ("c1", "batch") or not item.get("profile") or not item.get("path"):
-                raise BenchError(f"runs: each item needs profile, slot (c1 or batch) and path, found {item}")
-            run = load_run(item["path"], item["profile"], p["output_len"])
-            figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
-        seen = {str(profile): read_evidence(path) for profile, path in (p["evidence"] or {}).items()}
-        judged = verdict(figures, p["baseline"], p["candidate"], p["gate"], p["threshold"])
-        record = releases.load()
-        releases.get(record, p["release"])
-        manifest_path = releases.path(p["release"]) / "manifest.json"
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        entry = record_entry(figures, judged)
-        record["releases"][p["release"]]["benchmark"] = entry
-        history = history_from_record(record)
-        report = build_report(p["host"], manifest, figures, judged, p["configured_profile"], history, p["settings"], seen)
-        markdown = render_markdown(report)
-        report_dir = p["report_dir"] or str(releases.path(p["release"]) / "report")
-        files = [str(Path(report_dir) / n) for n in ("report.json", "report.md")]
-        if not module.check_mode:
-            releases.annotate(p["release"], "benchmark", entry)
-            releases.update_manifest(p["release"], {"benchmark": {"figures": figures, "verdict": judged, "settings": p["settings"]}})
-            files = write_report_dir(report_dir, report, markdown)
-    except (BenchError, ReleaseError, OSError, ValueError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(
-        changed=True,
-        figures=figures,
-        lines=figure_lines(figures),
-        verdict=judged,
-        optimisations=report["optimisations"],
-        files=files,
-        report_dir=report_dir,
-    )
+    options = {name: p[name] for name in ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "report_dir")}
+    args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])
+    run_module(module, lambda: dict(changed=True, **report_release(*args, **options, check_mode=module.check_mode)))
 
 
 if __name__ == "__main__":

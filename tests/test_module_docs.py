@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import configparser
 import re
 from pathlib import Path
 
@@ -13,6 +14,20 @@ from conftest import ROOT
 
 MODULES = sorted((ROOT / "library").glob("*.py"))
 SUPPORT = ("full", "partial", "none")
+
+
+def documentation(path: Path) -> dict:
+    """DOCUMENTATION as Ansible reads it: its extends_documentation_fragment resolved from the
+    doc_fragment_plugins that ansible.cfg names, as ansible-doc does."""
+    from ansible.plugins.loader import fragment_loader
+    from ansible.utils.plugin_docs import get_docstring
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "ansible.cfg")
+    for directory in config.get("defaults", "doc_fragment_plugins", fallback="").split(":"):
+        if directory:
+            fragment_loader.add_directory(str(ROOT / directory))
+    return get_docstring(str(path), fragment_loader, is_module=True)[0]
 
 
 def doc_strings(path: Path) -> dict[str, str]:
@@ -32,7 +47,7 @@ def test_modules_found() -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
 def test_attributes(path: Path) -> None:
-    doc = yaml.safe_load(doc_strings(path)["DOCUMENTATION"])
+    doc = documentation(path)
     assert doc["module"] == path.stem
     attributes = doc.get("attributes")
     assert isinstance(attributes, dict), f"{path.name}: DOCUMENTATION has no attributes"
@@ -45,7 +60,7 @@ def test_attributes(path: Path) -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
 def test_check_mode_matches_code(path: Path) -> None:
-    support = yaml.safe_load(doc_strings(path)["DOCUMENTATION"])["attributes"]["check_mode"]["support"]
+    support = documentation(path)["attributes"]["check_mode"]["support"]
     declared = re.search(r"supports_check_mode\s*=\s*True", path.read_text()) is not None
     assert declared == (support != "none"), (
         f"{path.name}: check_mode support is {support} but the module {'sets' if declared else 'does not set'} supports_check_mode=True"

@@ -1,4 +1,5 @@
-"""Small file helpers: the sha256 of bytes and an atomic write (temp file, fsync, os.replace).
+"""Small file helpers: the sha256 of bytes, an atomic write (temp file, fsync, os.replace) and a
+write only when the content differs.
 
 Standard library only.
 """
@@ -32,3 +33,17 @@ def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_changed(path: Path, data: bytes, mode: int = 0o644, check_mode: bool = False) -> bool:
+    """Write ``data`` atomically (making the parent directories) unless ``path`` holds exactly it already;
+    whether it changed (or would, in check mode, writing nothing). A file that cannot be read differs."""
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    if not check_mode:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        atomic_write(path, data, mode)
+    return True

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from sglang_sm120.errors import ToolkitError
 from sglang_sm120.patches.audit import SglangAuditError, SglangSource, audit
 from sglang_sm120.patches.engine import NOT_NEEDED, _select, _values_for, apply, patched_source
 from sglang_sm120.patches.errors import SglangPatchError
@@ -29,7 +30,7 @@ VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?$")
 STACK_PACKAGES = {"torch": "torch", FLASHINFER: "flashinfer_python", **dict.fromkeys(KERNEL_PACKAGES, "kernel")}
 
 
-class CompatError(Exception):
+class CompatError(ToolkitError):
     """The release cannot be found or is not SGLang; the text names it."""
 
 

@@ -32,6 +32,8 @@ from typing import Any, Optional
 from packaging.markers import Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
+from sglang_sm120.errors import ToolkitError
+
 # The environment a release is installed into: the GPU host (Debian 12, CPython 3.11, x86_64).
 # Requirements whose markers exclude it (another platform, an extra) are not the release's stack.
 HOST_ENVIRONMENT = {
@@ -66,7 +68,7 @@ KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel")  # the name from SGLang 0.5.10
 STACK_KEYS = ("sglang", "torch", "flashinfer", "kernel_package", "kernel_version")
 
 
-class ReleaseStackError(Exception):
+class ReleaseStackError(ToolkitError):
     """The release, its wheel or one of its pins cannot be had; the text names the release."""
 
 

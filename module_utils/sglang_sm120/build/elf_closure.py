@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..errors import ToolkitError
+
 ELF_MAGIC = b"\x7fELF"
 ET_EXEC, ET_DYN = 2, 3
 PT_LOAD, PT_DYNAMIC = 1, 2
@@ -74,7 +76,7 @@ VENV_LIBRARY_DIRS = ("torch/lib", "nvidia/*/lib", "nvidia/*/lib64")
 ALLOWLIST_VARIABLE = "sglang_release_closure_allowlist"
 
 
-class ClosureError(Exception):
+class ClosureError(ToolkitError):
     """A library of the venv cannot be loaded on this host; the message names the package, the object and the library."""
 
 

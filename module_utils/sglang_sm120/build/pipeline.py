@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from ..host.cuda_toolkit import cudart_major, elf_needed
 
 KEY_SCHEMA = 2  # 2: dependency installs resolve their requirements, build_requires, local versions, prebuilt
@@ -104,11 +105,11 @@ BUILT_KINDS = ("git", "sdist", "path")
 ARTIFACT_FILE = "artifact.json"
 
 
-class BuildSpecError(Exception):
+class BuildSpecError(ToolkitError):
     """A build spec is malformed; the message names the artifact and the field."""
 
 
-class BuildError(Exception):
+class BuildError(ToolkitError):
     """A build failed or its output did not verify; nothing was cached."""
 
 

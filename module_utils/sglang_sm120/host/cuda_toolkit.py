@@ -15,7 +15,8 @@ pipeline (``elf_needed``, ``cudart_major``). GPU code inside compiled objects is
   pins them) to NVIDIA's Debian package names and versions; ``repository_problems`` says why
   a repository's package index cannot give exactly that release.
 * ``openpgp_fingerprints`` reads the primary key fingerprints of an OpenPGP key (armored or
-  binary), so a repository key is checked against the fingerprint recorded for it.
+  binary), so a repository key is checked against the fingerprint recorded for it;
+  ``check_repository`` checks a repository's key and index before anything changes.
 * ``probe_key`` / ``read_probe`` / ``write_probe``: a probe kernel compiled for an SM is recorded
   with the key of what decides it (nvcc's version text, the compiler binaries' size, mtime and
   inode, the target, the probe source), so a converge that changed nothing does not compile again.
@@ -30,12 +31,17 @@ import json
 import os
 import re
 import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Optional
+from urllib.parse import unquote, urlparse
+
+from ..errors import ToolkitError
 
 _NVCC = re.compile(r"release (\d+\.\d+), (V[\d.]+)")
 
 
-class CudaToolkitError(Exception):
+class CudaToolkitError(ToolkitError):
     """A toolkit tree or a compiled object is not what it must be; the text says how."""
 
 
@@ -378,6 +384,67 @@ def openpgp_fingerprints(data: bytes) -> list[str]:
     if not found:
         raise CudaToolkitError("no OpenPGP public key found")
     return found
+
+
+def check_repository(
+    fetch: Callable[[str], Optional[bytes]],
+    url: str,
+    version: str,
+    pins: Mapping[str, Any],
+    required: Sequence[str],
+    key: Optional[str] = None,
+    fingerprints: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Check the flat apt repository at ``url`` before anything is changed: with ``key`` (URL, host
+    path or armored text) and ``fingerprints``, that one of the key's primary keys has one of them;
+    then that its package index offers CUDA ``version`` exactly (``repository_problems``).
+    ``fetch(url)``: the bytes at an http(s) URL, None when nothing is there (file: URLs and host
+    paths are read here).
+
+    Returns ``offered`` (pinned package -> versions offered) and, when the key was checked,
+    ``key_fingerprints``. Raises CudaToolkitError saying nothing was changed; the refusal of the
+    index returns those fields (and ``changed=False``) too."""
+    url = url if url.endswith("/") else url + "/"
+    result: dict[str, Any] = {}
+
+    def fetched(location: str) -> Optional[bytes]:
+        parsed = urlparse(location)
+        if parsed.scheme not in ("", "file"):
+            return fetch(location)
+        try:
+            with open(unquote(parsed.path), "rb") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    if key and fingerprints:
+        data = key.encode() if "BEGIN PGP" in key else fetched(key if "://" in key or key.startswith("file:") else "file://" + key)
+        if data is None:
+            raise CudaToolkitError(f"cannot read the repository key {key}; nothing was changed")
+        try:
+            found = openpgp_fingerprints(data)
+        except CudaToolkitError as exc:
+            raise CudaToolkitError(f"the repository key {key}: {exc}; nothing was changed") from exc
+        allowed = {f.replace(" ", "").upper() for f in fingerprints}
+        if not allowed & set(found):
+            raise CudaToolkitError(
+                f"the repository key {key} has fingerprint {', '.join(found)}, expected {', '.join(sorted(allowed))} "
+                "(cuda_toolkit_apt_key_fingerprints); nothing was changed"
+            )
+        result["key_fingerprints"] = found
+    data = fetched(url + "Packages.gz") or fetched(url + "Packages")
+    if data is None:
+        raise CudaToolkitError(f"the repository {url} has no Packages.gz or Packages index (is the URL right?); nothing was changed")
+    try:
+        offered = read_packages_index(data)
+    except (OSError, EOFError, ValueError) as exc:
+        raise CudaToolkitError(f"the repository {url}: cannot read its package index ({exc}); nothing was changed") from exc
+    wanted = {str(k): str(v) for k, v in pins.items()}
+    problem = repository_problems(url, version, wanted, offered, list(required))
+    result["offered"] = {name: offered[name] for name in wanted if name in offered}
+    if problem:
+        raise CudaToolkitError(problem, changed=False, **result)
+    return result
 
 
 # What nvcc runs to turn a .cu into an object with machine code: a change of any of them changes the outcome.

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
+from ..errors import ToolkitError
+
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
@@ -67,7 +69,7 @@ FACT_KEYS = (*FACTS, "facts_unknown")
 DOTTED_RE = re.compile(r"^\d+(\.\d+)*$")
 
 
-class HostFactsParseError(ValueError):
+class HostFactsParseError(ToolkitError):
     """A command's output or a file is not what the parser reads; says what it expected."""
 
 

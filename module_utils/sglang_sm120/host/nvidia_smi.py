@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from ..errors import ToolkitError
+
 QUERY_FIELDS = ("index", "name", "compute_cap", "driver_version", "memory.total")
 QUERY_ARGS = (
     "--query-gpu=" + ",".join(QUERY_FIELDS),
@@ -20,7 +22,7 @@ QUERY_ARGS = (
 )
 
 
-class NvidiaSmiParseError(ValueError):
+class NvidiaSmiParseError(ToolkitError):
     """The text is not what ``nvidia-smi --query-gpu ... --format=csv,noheader`` prints."""
 
 

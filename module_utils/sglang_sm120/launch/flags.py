@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
+
 SERVER_ARGS = "srt/server_args.py"
 TYPE_NAMES = {"str": "str", "int": "int", "float": "float", "nullable_str": "str", "loads": "json", "json_list_type": "json"}
 
 
-class FlagError(Exception):
+class FlagError(ToolkitError):
     """The flag table cannot be read (not an SGLang server_args.py)."""
 
 

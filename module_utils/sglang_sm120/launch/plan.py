@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from . import flag_check as flag_rules
 from . import flags as server_flags
 from . import server_args as server_args_check
@@ -33,7 +34,7 @@ from .flag_check import check_launch
 from .flags import exec_start_args
 
 
-class LaunchPlanError(Exception):
+class LaunchPlanError(ToolkitError):
     """The inputs of a plan are wrong; the message names the variable, what was expected and found."""
 
 

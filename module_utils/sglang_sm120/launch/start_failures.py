@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from ..host.facts import FACT_KEYS, check_facts
 from .flag_check import MLA_MODEL_CLASSES
 
@@ -98,11 +99,11 @@ VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
-class CatalogueError(ValueError):
+class CatalogueError(ToolkitError, ValueError):
     """The catalogue file is not what start_failures.py reads (names the file, entry and field)."""
 
 
-class FactsError(ValueError):
+class FactsError(ToolkitError, ValueError):
     """A model directory or host-facts file cannot be read (names the file)."""
 
 

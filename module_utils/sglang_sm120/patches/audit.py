@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from ..errors import ToolkitError
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -72,7 +74,7 @@ _CLASS_LINE = re.compile(r"\nclass\s+(\w+)\s*[(:]")
 _STATEMENT_NODES = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
-class SglangAuditError(Exception):
+class SglangAuditError(ToolkitError):
     """The input is not an SGLang package, names no known model class, or cannot be read; the text says how."""
 
 

@@ -35,6 +35,8 @@ site-packages, so it moves and disappears with the virtualenv):
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import json
 import os
 import py_compile
@@ -466,6 +468,15 @@ def prove_rendered(
         patched_source(manifest, spec, data, _values_for(manifest, spec, values or {}), lint=True)
         checked.append(spec.id)
     return checked
+
+
+def pristine_originals(pristine: Mapping[str, Any]) -> dict[str, bytes]:
+    """The pristine sources pristine_sources returned through a module ({target: {content_base64, ...}})
+    as {target: bytes}, for prove_rendered; UsageError when an entry is not such a mapping."""
+    try:
+        return {target: base64.b64decode(entry["content_base64"], validate=True) for target, entry in pristine.items()}
+    except (KeyError, TypeError, binascii.Error) as exc:
+        raise UsageError(f"pristine: expected per target a mapping with content_base64: {exc!r}") from exc
 
 
 def pristine_sources(

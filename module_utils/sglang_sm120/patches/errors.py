@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import ToolkitError
 
-class SglangPatchError(Exception):
+
+class SglangPatchError(ToolkitError):
     """A patch operation was refused; the message carries what was expected and what was found."""
 
 

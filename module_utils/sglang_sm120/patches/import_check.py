@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
+
 SENTINEL = "@@sglang-import-check@@"
 
 # Runs in the release's Python: argv is the sentinel, then the modules; prints one JSON line after the sentinel.
@@ -37,8 +39,8 @@ print(sys.argv[1] + json.dumps(results), flush=True)
 """
 
 
-class ImportCheckError(Exception):
-    """The check could not run (no such Python, the interpreter died, timed out)."""
+class ImportCheckError(ToolkitError):
+    """The check could not run (no such Python, the interpreter died, timed out), or a target names no module."""
 
 
 @dataclass
@@ -53,15 +55,16 @@ class ImportOutcome:
 
 
 def module_name(target: str) -> str:
-    """srt/x/y.py (relative to the sglang package) -> sglang.srt.x.y; srt/x/__init__.py -> sglang.srt.x."""
+    """srt/x/y.py (relative to the sglang package) -> sglang.srt.x.y; srt/x/__init__.py -> sglang.srt.x.
+    ImportCheckError for a target that names no module."""
     path = target.strip("/")
     if not path.endswith(".py"):
-        raise ValueError(f"{target} is not a Python file")
+        raise ImportCheckError(f"{target} is not a Python file")
     parts = path[: -len(".py")].split("/")
     if parts[-1] == "__init__":
         parts.pop()
     if not parts or not all(p.isidentifier() for p in parts):
-        raise ValueError(f"{target} does not name an importable module")
+        raise ImportCheckError(f"{target} does not name an importable module")
     return ".".join(["sglang", *parts])
 
 
@@ -98,7 +101,10 @@ def check_imports(
         raise ImportCheckError(f"importing {', '.join(names)} with {python} took more than {timeout:g} s") from exc
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(SENTINEL):
-            return [ImportOutcome(**item) for item in json.loads(line[len(SENTINEL) :])]
+            try:
+                return [ImportOutcome(**item) for item in json.loads(line[len(SENTINEL) :])]
+            except ValueError as exc:
+                raise ImportCheckError(str(exc)) from exc
     raise ImportCheckError(
         f"{python} exited {proc.returncode} before reporting the imports of {', '.join(names)}:\n{tail(proc.stderr or proc.stdout)}"
     )

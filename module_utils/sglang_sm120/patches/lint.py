@@ -16,8 +16,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from ..errors import ToolkitError
 
-class LintUnavailable(Exception):
+
+class LintUnavailable(ToolkitError):
     """pyflakes is not installed in this interpreter."""
 
 

@@ -36,6 +36,7 @@ from ..build.pipeline import (
     wheel_name_version,
     witness_name,
 )
+from ..errors import ToolkitError
 from ..host.cuda_toolkit import cudart_major, elf_needed
 
 _SO = re.compile(r"\.so(\.\d+)*$")
@@ -43,7 +44,7 @@ _SO = re.compile(r"\.so(\.\d+)*$")
 _PIP_WRITES = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
 
 
-class InstallError(Exception):
+class InstallError(ToolkitError):
     """The release venv does not hold exactly the verified wheels; the message names each difference."""
 
 
@@ -98,17 +99,20 @@ def install_argv(
 
 
 def site_packages(venv: str) -> list[Path]:
-    """The venv's purelib and platlib, as its own Python reports them."""
-    proc = subprocess.run(
-        [
-            str(Path(venv) / "bin" / "python"),
-            "-c",
-            "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    """The venv's purelib and platlib, as its own Python reports them; InstallError when it cannot say."""
+    try:
+        proc = subprocess.run(
+            [
+                str(Path(venv) / "bin" / "python"),
+                "-c",
+                "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except subprocess.CalledProcessError as exc:
+        raise InstallError(str(exc)) from exc
     return list(dict.fromkeys(Path(p) for p in json.loads(proc.stdout)))
 
 

@@ -29,11 +29,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..errors import ToolkitError
+
 # How to break a lock by hand, unless the caller names a better way (the playbook command).
 BREAK_HINT = "remove {path} on the host"
 
 
-class LockError(Exception):
+class LockError(ToolkitError):
     """Another run holds the lock; the message names it and how to break it."""
 
 

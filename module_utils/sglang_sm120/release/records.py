@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from ..files import atomic_write
 
 SCHEMA = 1
@@ -34,7 +35,7 @@ USABLE = ("ready", "good")
 TRANSITIONS = {"building": {"ready", "bad"}, "ready": {"good", "bad"}, "good": {"bad", "good"}, "bad": {"bad"}}
 
 
-class ReleaseError(Exception):
+class ReleaseError(ToolkitError):
     """A release operation was refused; the message says why and what was found."""
 
 

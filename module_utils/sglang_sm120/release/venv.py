@@ -99,6 +99,14 @@ def find_sglang(venv: str | os.PathLike[str]) -> SglangPackage:
     )
 
 
+def release_sglang(venv: str | os.PathLike[str]) -> SglangPackage:
+    """find_sglang for the release venv a module was given; its refusal names that venv (``venv V: ...``)."""
+    try:
+        return find_sglang(venv)
+    except SglangPatchError as exc:
+        raise SglangPackageError(f"venv {venv}: {exc}") from exc
+
+
 def _literal_version(body: list[ast.stmt]) -> Optional[str]:
     for node in body:
         if (

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from . import bench_client
 from . import evidence as server_evidence
 from . import health as service_health
@@ -71,8 +73,14 @@ STOP_GRACE = 60.0
 LOG_TAIL = 25
 
 
-class CanaryArgvError(ValueError):
+class CanaryArgvError(ToolkitError):
     """The launch flags cannot be turned into the canary's."""
+
+
+class CanaryInputError(ToolkitError):
+    """What the canary reads on the host cannot be used: nvidia-smi's answer, the API-keys file, the
+    models the tiny ones are made from (the stand-alone scripts' own KeysFileError and TinyModelError
+    are raised as this one)."""
 
 
 @dataclass
@@ -201,7 +209,7 @@ def _redact(value: Any, forms: Sequence[str]) -> Any:
 # ------------------------------------------------------------------ the unit's environment
 
 
-class EnvFileError(ValueError):
+class EnvFileError(ToolkitError):
     """An EnvironmentFile the canary must read cannot be read."""
 
 
@@ -238,6 +246,8 @@ def read_env_file(path: str) -> dict[str, str]:
         raise EnvFileError(f"{path}: the environment file of the release is missing") from None
     except OSError as exc:
         raise EnvFileError(f"{path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # not UTF-8
+        raise EnvFileError(str(exc)) from exc
     env: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -249,6 +259,14 @@ def read_env_file(path: str) -> dict[str, str]:
             raise EnvFileError(f"{path} line {number}: expected KEY=VALUE, found {line[:60]!r}")
         env[name] = _unquote(value.strip())
     return env
+
+
+def read_api_keys(path: str) -> dict[str, str]:
+    """The service's API-keys file as bench_client.read_keys reads it; CanaryInputError for its KeysFileError."""
+    try:
+        return bench_client.read_keys(path)
+    except (bench_client.KeysFileError, ValueError) as exc:  # ValueError: not UTF-8
+        raise CanaryInputError(str(exc)) from exc
 
 
 def _as_user(user: Optional[str]) -> dict[str, Any]:
@@ -292,12 +310,28 @@ def parse_gpu_memory(text: str) -> list[GpuMemory]:
     return gpus
 
 
+def query_gpu_memory() -> list[GpuMemory]:
+    """Each GPU's memory as nvidia-smi reports it now (GPU_QUERY); CanaryInputError when it cannot be read."""
+    if shutil.which(GPU_QUERY[0]) is None:
+        raise CanaryInputError(
+            "gpu_query: nvidia-smi is not on PATH, so the GPUs' free memory cannot be read (gpu_query=false on a host without GPUs)"
+        )
+    try:
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CanaryInputError(f"{' '.join(GPU_QUERY)} failed: {exc}") from exc
+    return parse_gpu_memory(out)
+
+
 def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
     """The physical GPU indices the server of these flags uses: tp x pp ranks from --base-gpu-id
     (SGLang's default 0), through CUDA_VISIBLE_DEVICES when it lists indices."""
-    tp = int(flag_value(argv, TP_FLAGS) or 1)
-    pp = int(flag_value(argv, PP_FLAGS) or 1)
-    base = int(flag_value(argv, ("--base-gpu-id",)) or 0)
+    try:
+        tp = int(flag_value(argv, TP_FLAGS) or 1)
+        pp = int(flag_value(argv, PP_FLAGS) or 1)
+        base = int(flag_value(argv, ("--base-gpu-id",)) or 0)
+    except ValueError as exc:
+        raise CanaryArgvError(str(exc)) from exc
     logical = list(range(base, base + tp * pp))
     visible = str(env.get("CUDA_VISIBLE_DEVICES") or "").strip()
     if not visible:

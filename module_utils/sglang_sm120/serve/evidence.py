@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..errors import ToolkitError
+
 OPTIMISATIONS = ("cuda graphs", "speculative decoding", "mixed chunk", "flashinfer allreduce fusion", "torch symm-mem")
 VERDICTS = ("yes", "no", "unknown")
 VERSION_MIN, VERSION_MAX = "0.5.9", "0.5.23"
@@ -58,7 +60,7 @@ CUDA_GRAPHS_OFF = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
 TRAFFIC_TAIL = 50
 
 
-class EvidenceError(Exception):
+class EvidenceError(ToolkitError):
     """Input that is not what SGLang writes; the message names the input, what was expected and found."""
 
 

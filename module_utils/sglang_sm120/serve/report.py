@@ -37,13 +37,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import ToolkitError
 from . import evidence as server_evidence
 
 GATES = ("warn", "fail", "off")
 TOOLS = ("toolkit-client", "bench_serving")
 
 
-class BenchError(Exception):
+class BenchError(ToolkitError):
     """Benchmark input that cannot be used; the message names what was expected and what was found."""
 
 
@@ -654,3 +655,63 @@ def write_report_dir(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return [str(target / n) for n in ("report.json", "report.md", *(("chart.png",) if chart is not None else ()))]
+
+
+# ------------------------------------------------------------------ the module's work
+
+
+def report_release(
+    releases: Any,
+    release: str,
+    host: str,
+    runs: Sequence[Mapping[str, Any]],
+    output_len: int,
+    configured_profile: str,
+    *,
+    baseline: str = "baseline",
+    candidate: str = "eagle3",
+    gate: str = "warn",
+    threshold: float = 1.0,
+    evidence: Optional[Mapping[str, str]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    report_dir: Optional[str] = None,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """What library/sglang_report.py does on the host for ``release`` of ``releases`` (a
+    release.records.Releases): summarize each run ({profile, slot: c1 or batch, path}), judge them,
+    keep the figures and the verdict in the release record and its manifest, and write report.json
+    and report.md (to ``report_dir``, default the release's report/), none of it in check mode.
+    Returns figures, lines, verdict, optimisations, files and report_dir. Raises BenchError (a value
+    that is not a number, or not JSON, among them) or the record's ReleaseError."""
+    try:
+        figures: dict[str, dict[str, dict[str, Any]]] = {}
+        for item in runs:
+            if item.get("slot") not in ("c1", "batch") or not item.get("profile") or not item.get("path"):
+                raise BenchError(f"runs: each item needs profile, slot (c1 or batch) and path, found {item}")
+            run = load_run(item["path"], item["profile"], output_len)
+            figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
+        seen = {str(profile): read_evidence(path) for profile, path in (evidence or {}).items()}
+        judged = verdict(figures, baseline, candidate, gate, threshold)
+        record = releases.load()
+        releases.get(record, release)
+        manifest = json.loads((releases.path(release) / "manifest.json").read_text(encoding="utf-8"))
+        entry = record_entry(figures, judged)
+        record["releases"][release]["benchmark"] = entry
+        report = build_report(host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen)
+        markdown = render_markdown(report)
+        directory = report_dir or str(releases.path(release) / "report")
+        files = [str(Path(directory) / n) for n in ("report.json", "report.md")]
+        if not check_mode:
+            releases.annotate(release, "benchmark", entry)
+            releases.update_manifest(release, {"benchmark": {"figures": figures, "verdict": judged, "settings": settings or {}}})
+            files = write_report_dir(directory, report, markdown)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from exc
+    return dict(
+        figures=figures,
+        lines=figure_lines(figures),
+        verdict=judged,
+        optimisations=report["optimisations"],
+        files=files,
+        report_dir=directory,
+    )

@@ -47,6 +47,7 @@ from sglang_sm120.build.pipeline import (
     wait,
     wheel_name_version,
 )
+from sglang_sm120.errors import ToolkitError
 from sglang_sm120.host.cuda_toolkit import cudart_major, elf_needed, parse_requires_dist
 from sglang_sm120.release.install import constraints_text, find_dist, install_argv, read_back, release_wheels, site_packages
 
@@ -65,11 +66,11 @@ from .upstream import (
 SO = re.compile(r"\.so(\.\d+)*$")
 
 
-class RehearsalError(Exception):
+class RehearsalError(ToolkitError):
     """A rehearsal check failed; the message names the artifact or file, expected and found."""
 
 
-class Unchecked(Exception):
+class Unchecked(ToolkitError):
     """A check could not be made (an upstream file it needs was not read at its tag): reported as
     UNCHECKED, never as a pass; the message says what was not checked and why."""
 

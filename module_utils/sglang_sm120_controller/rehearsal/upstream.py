@@ -26,11 +26,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_sm120.errors import ToolkitError
+
 RECORDED = "recorded"
 UNCHECKED = "unchecked"
 
 
-class ReferenceError(Exception):
+class ReferenceError(ToolkitError):
     """The reference data is malformed, or a bound cannot be compared; the message names the file."""
 
 
@@ -268,7 +270,7 @@ class ArchEntry:
         return f"{self.major}.{self.minor}"
 
 
-class ArchListError(ValueError):
+class ArchListError(ToolkitError):
     """The arch list is not one the build's own reader accepts; the message names the entry."""
 
 
