@@ -209,6 +209,24 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.launch.plan import make_plan, manifest_digest, planned_patches, write_model_files
 
+# The options make_plan takes under the same name, as given; the others are read or renamed in launch_plan().
+PASSED_AS_IS = (
+    "profiles",
+    "profile",
+    "host",
+    "port",
+    "extra_flags",
+    "env_parts",
+    "secret_names",
+    "model_class",
+    "gpu_major",
+    "launch_module",
+    "python",
+    "pythonpath",
+    "cache",
+    "host_facts",
+)
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -246,25 +264,12 @@ def launch_plan(p: dict, check_mode: bool) -> dict:
         patches = p["patches"] if p["patches"] is not None else planned_patches(p["manifest"], p["patches_only"])
         plan = make_plan(
             p["sglang"],
-            profiles=p["profiles"],
-            profile=p["profile"],
-            host=p["host"],
-            port=p["port"],
-            extra_flags=p["extra_flags"],
-            env_parts=p["env_parts"],
-            secret_names=p["secret_names"],
             patches=patches,
-            model_class=p["model_class"],
-            gpu_major=p["gpu_major"],
-            launch_module=p["launch_module"],
-            python=p["python"],
-            pythonpath=p["pythonpath"],
-            cache=p["cache"],
             write_cache=not check_mode,
             catalogue=p["start_failures"],
             model_dirs=model_dirs,
-            host_facts=p["host_facts"],
             gate_skipped=p["start_failures_skipped"],
+            **{name: p[name] for name in PASSED_AS_IS},
         )
         return dict(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])})
 

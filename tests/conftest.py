@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,22 @@ def specs(rendered: dict) -> list:
 
 def by_name(specs: list, name: str) -> dict:
     return next(s for s in specs if s["name"] == name)
+
+
+UPSTREAM_INDEX = DATA / "upstream" / "index.yml"
+
+
+def upstream_reference() -> tuple[dict, dict, Any]:
+    """The upstream build facts (tests/data/upstream-build-facts.yml), and the upstream reference index as
+    parsed and as load_reference types it (tests/test_rehearsal.py, test_upstream_reference.py); new objects
+    at each call."""
+    import yaml
+
+    from sglang_sm120_controller.rehearsal.upstream import load_reference
+
+    facts = yaml.safe_load((DATA / "upstream-build-facts.yml").read_text())
+    index = yaml.safe_load(UPSTREAM_INDEX.read_text())
+    return facts, index, load_reference(UPSTREAM_INDEX, index)
 
 
 def free_port() -> int:

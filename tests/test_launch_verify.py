@@ -5,6 +5,7 @@ and a refused one through real Ansible."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from test_launch_plan import CATALOGUE, HOST_8X, STACK, WHEEL_059
 from test_launch_plan import plan as typed_plan
 
 from conftest import ROOT
-from sglang_sm120.launch.plan import LaunchPlan, LaunchPlanError, _verify_key, start_gate, verify_plan
+from sglang_sm120.launch.plan import LaunchPlan, LaunchPlanError, _read_verdict, _verify_key, _write_verdict, start_gate, verify_plan
 
 # What the lab gives for the model paths (inventory/lab/group_vars/lab/build.yml): the Kimi config
 # files with the TEST FIXTURE stand-in for its remote code, and the draft's config.
@@ -210,3 +211,27 @@ def test_deep_gemm_importing_in_the_release_venv_refuses_0_5_9_unless_its_jit_is
     verdicts = {v["id"]: v for v in alone.start_gate["verdicts"]}
     assert verdicts["deepgemm-on-sm120"]["verdict"] == "ok" and verdicts["driver-too-old"]["verdict"] == "unknown"
     assert "no host-facts file given" in verdicts["driver-too-old"]["text"]
+
+
+def test_a_kept_verdict_names_the_model_directories_of_the_check_that_reads_it(tmp_path: Path) -> None:
+    """The key holds the model directories by content, so a verdict made with the same files in
+    other directories is reused: its resolved values must then name this check's directories."""
+    made = {"argv": ["--model-path", "/tmp/run-1/kimi", "--speculative-draft-model-path", "/tmp/run-1/draft"], "env": {}}
+    report = {
+        "sglang_version": "0.5.9",
+        "results": [{"verdict": "ok", "values": {"model_path": "/tmp/run-1/kimi", "tokenizer_path": "/tmp/run-1/kimi/tok",
+                                                  "speculative_draft_model_path": "/tmp/run-1/draft", "other": "/tmp/run-1x"}}],
+    }  # fmt: skip
+    _write_verdict(tmp_path, "k", report, made)
+    now = {"argv": ["--model-path", "/srv/kimi", "--speculative-draft-model-path", "/srv/draft"], "env": {}}
+    values = _read_verdict(tmp_path, "k", now)["results"][0]["values"]
+    assert values == {
+        "model_path": "/srv/kimi",
+        "tokenizer_path": "/srv/kimi/tok",
+        "speculative_draft_model_path": "/srv/draft",
+        "other": "/tmp/run-1x",
+    }
+    assert _read_verdict(tmp_path, "k", made)["results"][0]["values"] == report["results"][0]["values"]
+    # a verdict kept without the directories it was made with is not reused
+    (tmp_path / "server-args-old.json").write_text(json.dumps(report))
+    assert _read_verdict(tmp_path, "old", now) is None

@@ -256,6 +256,16 @@ def sglang_tree(tmp_path: Path) -> Path:
     return tmp_path / "sglang"
 
 
+def sglang_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A virtualenv (tmp_path/venv) whose site-packages (returned with it) holds a copy of SGLang 0.5.9."""
+    venv = tmp_path / "venv"
+    site = venv / "lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    shutil.move(str(sglang_tree(tmp_path)), site / "sglang")
+    return venv, site
+
+
 def patch_args(sglang: Path, **extra) -> dict:
     manifest = yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text())
     return {"sglang_dir": str(sglang), "manifest": manifest, "template_dir": str(ROOT / "files/patches"), **extra}
@@ -315,11 +325,7 @@ def test_patch_module_takes_the_patches_rendered_on_the_controller(tmp_path):
 
 
 def test_package_module_finds_sglang_in_a_venv(tmp_path):
-    venv = tmp_path / "venv"
-    site = venv / "lib/python3.11/site-packages"
-    site.mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
-    shutil.move(str(sglang_tree(tmp_path)), site / "sglang")
+    venv, site = sglang_venv(tmp_path)
     found = run_module("sglang_package", {"venv": str(venv)})
     assert found["package"]["version"] == "0.5.9" and found["package"]["sglang_dir"] == str(site / "sglang")
     missing = run_module("sglang_package", {"venv": str(tmp_path / "nowhere")})
@@ -336,11 +342,7 @@ def test_render_module_lints_against_the_pristine_files_from_the_host(tmp_path):
     """The role's path: sglang_package returns the pristine bytes, sglang_patch_render lints the diffs."""
     import base64
 
-    venv = tmp_path / "venv"
-    site = venv / "lib/python3.11/site-packages"
-    site.mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
-    shutil.move(str(sglang_tree(tmp_path)), site / "sglang")
+    venv, site = sglang_venv(tmp_path)
     args = patch_args(site / "sglang")
     targets = [p["target"] for p in args["manifest"]["patches"]]
     found = run_module("sglang_package", {"venv": str(venv), "manifest": args["manifest"], "pristine_of": targets})

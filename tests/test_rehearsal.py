@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import CACHE, ROOT, by_name
+from conftest import CACHE, ROOT, by_name, upstream_reference
 from sglang_sm120.build.pipeline import plan
 from sglang_sm120_controller.rehearsal.build import (
     RehearsalError,
@@ -50,11 +50,8 @@ from sglang_sm120_controller.rehearsal.build import (
     verify_standin,
     write_standin_tree,
 )
-from sglang_sm120_controller.rehearsal.upstream import load_reference
 
-FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
-INDEX = ROOT / "tests/data/upstream/index.yml"
-REFERENCE = load_reference(INDEX, yaml.safe_load(INDEX.read_text()))
+FACTS, _, REFERENCE = upstream_reference()
 PROBE = ROOT / "tests/fixtures/sm120-probe/probe.cu"
 BACKEND = ROOT / "tests/fixtures/rehearsal-standins/standin_backend.py"
 

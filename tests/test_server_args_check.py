@@ -128,6 +128,14 @@ def result(report: dict[str, Any], label: str) -> dict[str, Any]:
     return found[0]
 
 
+def refused(report: dict[str, Any], label: str, error_type: str) -> dict[str, Any]:
+    """The result labelled ``label``, which SGLang refused with an ``error_type``."""
+    res = result(report, label)
+    assert res["verdict"] == "refused"
+    assert res["error"]["type"] == error_type
+    return res
+
+
 def change(res: dict[str, Any], field: str) -> dict[str, Any]:
     found = [c for c in res["changes"] if c["field"] == field]
     assert len(found) == 1, f"expected one change of {field}, found {[c['field'] for c in res['changes']]}"
@@ -167,10 +175,8 @@ def test_the_fraction_is_taken_out_of_the_command_line_in_both_spellings() -> No
 
 @needs_runtime
 def test_eagle3_without_num_steps_is_sglangs_assertion(report: dict[str, Any]) -> None:
-    res = result(report, "no-num-steps")
-    assert res["verdict"] == "refused"
+    res = refused(report, "no-num-steps", "AssertionError")
     assert res["stage"] == "post_init"
-    assert res["error"]["type"] == "AssertionError"
     # SGLang 0.5.9 asserts topk and draft tokens are unset when num_steps is, in _handle_speculative_decoding.
     assert res["error"]["message"] == ""  # SGLang's assert has no message: the location says it all
     # The traceback's line: the failing clause of `assert (self.speculative_eagle_topk is None and
@@ -182,9 +188,7 @@ def test_eagle3_without_num_steps_is_sglangs_assertion(report: dict[str, Any]) -
 
 @needs_runtime
 def test_trtllm_mha_is_sm100_only(report: dict[str, Any]) -> None:
-    res = result(report, "trtllm-mha")
-    assert res["verdict"] == "refused"
-    assert res["error"]["type"] == "ValueError"
+    res = refused(report, "trtllm-mha", "ValueError")
     assert res["error"]["message"] == "TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). Please use a different backend."
     assert res["error"]["raised_at"] == "sglang/srt/server_args.py:1900"
     assert res["error"]["function"] == "_handle_attention_backend_compatibility"
@@ -264,9 +268,7 @@ def test_upstream_kimi_eagle3_recipe_is_accepted(report: dict[str, Any], kimi_wi
 
 @needs_runtime
 def test_config_only_directory_with_remote_code_is_refused(report: dict[str, Any]) -> None:
-    res = result(report, "recipe-config-only")
-    assert res["verdict"] == "refused"
-    assert res["error"]["type"] == "OSError"
+    res = refused(report, "recipe-config-only", "OSError")
     assert "configuration_kimi_k25.py" in res["error"]["message"]
     assert res["error"]["raised_at"].startswith("transformers/")
     assert res["error"]["sglang_frame"]["at"].startswith("sglang/srt/utils/hf_transformers_utils.py:")
@@ -274,9 +276,7 @@ def test_config_only_directory_with_remote_code_is_refused(report: dict[str, Any
 
 @needs_runtime
 def test_the_servers_environment_reaches_sglang(report: dict[str, Any]) -> None:
-    v2 = result(report, "spec-v2-topk4")
-    assert v2["verdict"] == "refused"
-    assert v2["error"]["type"] == "ValueError"
+    v2 = refused(report, "spec-v2-topk4", "ValueError")
     assert v2["error"]["message"] == "Spec v2 currently only supports topk = 1 for speculative decoding."
     assert v2["error"]["raised_at"].startswith("sglang/srt/server_args.py:")
     v1 = result(report, "spec-v1-topk4")

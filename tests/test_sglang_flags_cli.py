@@ -66,6 +66,16 @@ needs_runtime = pytest.mark.skipif(
 )
 
 
+def draft_tokens_rewrite(version: str, logged_at: str) -> str:
+    """The warning for --speculative-num-draft-tokens 16 with topk 1: SGLang ``version`` uses num_steps + 1 (3 + 1)
+    instead and logs it at ``logged_at``."""
+    return (
+        f"--speculative-num-draft-tokens 16: SGLang {version} uses 4 instead (speculative_num_draft_tokens, silently); SGLang logs: "
+        f"WARNING {logged_at}: speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+        "speculative_eagle_topk == 1"
+    )
+
+
 def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "SGLANG_TOOLKIT_CACHE": str(CACHE), **(env or {})}
     return subprocess.run([sys.executable, str(CLI), *map(str, args)], capture_output=True, text=True, env=full, timeout=600, check=False)
@@ -196,11 +206,7 @@ def test_draft_tokens_16_with_topk_1_is_a_rewrite_warning(gate: dict[str, GateRe
     """0.5.9 _handle_speculative_decoding: with topk 1, draft tokens become num_steps + 1 (3 + 1)."""
     report = gate["draft-tokens-16"]
     assert report.ok and report.flags.errors == [], [e.text() for e in report.flags.errors]
-    assert [w.message for w in report.flags.warnings] == [
-        "--speculative-num-draft-tokens 16: SGLang 0.5.9 uses 4 instead (speculative_num_draft_tokens, silently); SGLang logs: "
-        "WARNING server_args.py:2447: speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-        "speculative_eagle_topk == 1"
-    ]
+    assert [w.message for w in report.flags.warnings] == [draft_tokens_rewrite("0.5.9", "server_args.py:2447")]
     assert report.server_args is not None
     assert [(c["flag"], c["given"], c["resolved"]) for c in report.server_args["rewritten"]] == [("--speculative-num-draft-tokens", 16, 4)]
     lines = report.lines()
@@ -396,11 +402,7 @@ def test_0_5_23_refusals_are_sglangs_own(gate_0523: dict[str, GateReport]) -> No
 def test_0_5_23_rewrites_are_warnings(gate_0523: dict[str, GateReport]) -> None:
     report = gate_0523["draft-tokens-16"]
     assert report.ok and report.flags.errors == [], [e.text() for e in report.flags.errors]
-    assert [w.message for w in report.flags.warnings] == [
-        "--speculative-num-draft-tokens 16: SGLang 0.5.23 uses 4 instead (speculative_num_draft_tokens, silently); SGLang logs: "
-        "WARNING speculative_hook.py:1259: speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-        "speculative_eagle_topk == 1"
-    ]
+    assert [w.message for w in report.flags.warnings] == [draft_tokens_rewrite("0.5.23", "speculative_hook.py:1259")]
 
 
 @needs_runtime_0523

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from conftest import CACHE, ROOT, by_name
+from conftest import CACHE, UPSTREAM_INDEX, by_name, upstream_reference
 from sglang_sm120_controller.rehearsal.build import (
     Outcome,
     RehearsalError,
@@ -43,10 +42,7 @@ from sglang_sm120_controller.rehearsal.upstream import (
     verify_copy,
 )
 
-FACTS = yaml.safe_load((ROOT / "tests/data/upstream-build-facts.yml").read_text())
-INDEX = ROOT / "tests/data/upstream/index.yml"
-INDEX_DATA = yaml.safe_load(INDEX.read_text())
-REFERENCE = load_reference(INDEX, INDEX_DATA)
+FACTS, INDEX_DATA, REFERENCE = upstream_reference()
 
 
 def fails(check: Any, *args: Any) -> str:
@@ -60,7 +56,7 @@ def with_entry(entry: dict[str, Any]) -> Any:
     data = copy.deepcopy(INDEX_DATA)
     data["files"] = [f for f in data["files"] if (f["repo"], f["tag"], f["path"]) != (entry["repo"], entry["tag"], entry["path"])]
     data["files"].append(entry)
-    return load_reference(INDEX, data)
+    return load_reference(UPSTREAM_INDEX, data)
 
 
 # ---------------------------------------------------------------- build requirements with their bounds
@@ -436,16 +432,16 @@ def test_index_covers_each_production_spec_at_its_ref(specs: list[dict[str, Any]
 def test_index_entries_are_refused_when_malformed() -> None:
     bad = {"files": [{"repo": "a/b", "tag": "v1", "path": "pyproject.toml", "status": "recorded"}]}
     with pytest.raises(ReferenceError, match=r"a/b v1 pyproject.toml: recorded without a sha256"):
-        load_reference(INDEX, bad)
+        load_reference(UPSTREAM_INDEX, bad)
     bad = {"files": [{"repo": "a/b", "tag": "v1", "path": "pyproject.toml", "status": "unchecked"}]}
     with pytest.raises(ReferenceError, match="unchecked without a reason"):
-        load_reference(INDEX, bad)
+        load_reference(UPSTREAM_INDEX, bad)
 
 
 def test_a_copy_that_differs_from_its_entry_is_named() -> None:
     body = b'[build-system]\nrequires = ["setuptools>=77", "packaging>=24"]\nbuild-backend = "x"\n'
     entry = load_reference(
-        INDEX,
+        UPSTREAM_INDEX,
         {"files": [{"repo": "a/b", "tag": "v1", "path": "pyproject.toml", "status": "recorded", "sha256": sha256_of(body),
                     "extract": extract("pyproject.toml", body)}]},
     ).files[0]  # fmt: skip

@@ -1,14 +1,17 @@
-"""Small file helpers: the sha256 of bytes, an atomic write (temp file, fsync, os.replace) and a
-write only when the content differs.
+"""Small file helpers: the sha256 of bytes, an atomic write (temp file, fsync, os.replace), a
+write only when the content differs and an exclusive lock of a directory.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -47,3 +50,14 @@ def write_changed(path: Path, data: bytes, mode: int = 0o644, check_mode: bool =
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         atomic_write(path, data, mode)
     return True
+
+
+@contextlib.contextmanager
+def directory_lock(directory: Path) -> Iterator[None]:
+    """An exclusive flock of ``directory`` for the block (released when it ends, or if the process dies)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -30,25 +30,24 @@ Plain Python, no Ansible imports; bin/sglang-flags and the tests drive it.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from sglang_sm120.launch.flag_check import (
-    FUSION_SOURCE,
     RULE_DESTS,
     Finding,
     FlagReport,
     _unpacked,
     check_launch,
-    hardware_rules,
     profile_from_argv,
+    release_rules,
     static_values,
 )
 from sglang_sm120.launch.flags import (
@@ -58,7 +57,6 @@ from sglang_sm120.launch.flags import (
     flashinfer_pin,
     package_dir,
     read_server_args,
-    read_sources,
     release_flag_table,
     sglang_version,
 )
@@ -319,22 +317,22 @@ class _Release:
     host: Optional[HostFacts]
     planned_patches: list[str]
     allow_topk_tree_on_mla: bool
-    fusion_source: Optional[str]
     registry: Optional[set[str]]
 
     @property
     def gpu_major(self) -> int:
         return int(self.capability.split(".")[0])
 
-    def rules(self, values: Mapping[str, Any]) -> list[Finding]:
-        return hardware_rules(
-            values,
+    @functools.cached_property
+    def rules(self) -> Callable[[Mapping[str, Any]], list[Finding]]:
+        """The hardware rules of this release and these options, on flag values (the release read once)."""
+        return release_rules(
+            self.sglang,
             version=self.version,
             model_class=self.model_class,
             gpu_major=self.gpu_major,
             planned_patches=self.planned_patches,
             allow_topk_tree_on_mla=self.allow_topk_tree_on_mla,
-            fusion_source=self.fusion_source,
         )
 
 
@@ -374,9 +372,6 @@ def check_flag_sets(
     prepared = [_prepare(fs, aliases) for fs in flag_sets]
     runtime = find_runtime(version, python, cache)
     device, device_from = device_for(host, gpu_cc, flashinfer_pin(sglang), version)
-    fusion_source = None
-    with contextlib.suppress(FlagError):
-        fusion_source = read_sources(sglang, [FUSION_SOURCE]).get(FUSION_SOURCE)
     release = _Release(
         sglang=sglang,
         version=version,
@@ -392,7 +387,6 @@ def check_flag_sets(
         host=host,
         planned_patches=list(planned_patches),
         allow_topk_tree_on_mla=allow_topk_tree_on_mla,
-        fusion_source=fusion_source,
         registry=registered_architectures(sglang) if any(p.draft_facts for p in prepared) else None,
     )
     results, meta, why_not = _run_server_args(sglang, flag_sets, prepared, runtime, device, timeout, cache / "flag-gate", warm)
@@ -468,7 +462,7 @@ def _run_server_args(
     # files by content, the checker's source): a check repeated on the same inputs imports nothing.
     keys = {i: _verify_key(str(runtime.python), root / "sglang", check, device) for i, check in zip(runnable, checks)}
     verdicts = cache_dir / "verdicts" if cache_dir is not None else None
-    found = {i: _read_verdict(verdicts, keys[i]) for i in runnable} if verdicts is not None else {}
+    found = {i: _read_verdict(verdicts, keys[i], check) for i, check in zip(runnable, checks)} if verdicts is not None else {}
     results: dict[int, dict[str, Any]] = {}
     meta: dict[str, Any] = {}
     for i, cached in found.items():
@@ -488,7 +482,7 @@ def _run_server_args(
         for i, result in zip(todo, report["results"]):
             results[i] = {**result, "cached": False}
             if verdicts is not None and result["verdict"] == "ok":
-                _write_verdict(verdicts, keys[i], {**meta, "results": [result]})
+                _write_verdict(verdicts, keys[i], {**meta, "results": [result]}, checks[runnable.index(i)])
     return results, meta, why_not
 
 

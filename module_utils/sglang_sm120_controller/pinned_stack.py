@@ -13,9 +13,7 @@ bring); nothing is imported from the wheel.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import fcntl
 import os
 import re
 import shutil
@@ -23,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -33,6 +31,7 @@ from packaging.markers import Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
 from sglang_sm120.errors import ToolkitError
+from sglang_sm120.files import directory_lock
 
 # The environment a release is installed into: the GPU host (Debian 12, CPython 3.11, x86_64).
 # Requirements whose markers exclude it (another platform, an extra) are not the release's stack.
@@ -200,23 +199,12 @@ def find_wheel(version: str, dirs: Iterable[Path]) -> Optional[Path]:
     return None
 
 
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """An exclusive lock on ``directory`` (Ansible's forks may look up the same release at once)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def download_wheel(version: str, download_dir: Path, python: str = sys.executable, timeout: int = 600) -> Path:
     """``pip download --no-deps sglang==<version>`` (a wheel the GPU host could install) into
     ``<download_dir>/<version>/``, once: an existing download is reused."""
     target = Path(download_dir) / version
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent):
+    with directory_lock(target.parent):  # Ansible's forks may look up the same release at once
         found = find_wheel(version, [target])
         if found:
             return found

@@ -51,6 +51,13 @@ ELF_MAGIC = b"\x7fELF"
 ET_EXEC, ET_DYN = 2, 3
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
+# ELF class (1: 32-bit, 2: 64-bit) -> the bytes of the header after e_ident, the struct formats of its fields
+# e_type .. e_phnum (type, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum), of a
+# program header and of a dynamic entry (tag, value)
+ELF_LAYOUTS = {
+    2: (48, "HHIQQQIHHH", "IIQQQQQQ", "qQ"),  # program header: type, flags, offset, vaddr, paddr, filesz, memsz, align
+    1: (36, "HHIIIIIHHH", "IIIIIIII", "iI"),  # program header: type, offset, vaddr, paddr, filesz, memsz, flags, align
+}
 
 # glibc's libraries and the NVIDIA driver's: present wherever the release runs (the driver on the GPU
 # host; a build or lab host without it still makes a release that loads there).
@@ -117,20 +124,14 @@ def read_elf(path: Path) -> Optional[ElfInfo]:
             return None
         elf_class, data = ident[4], ident[5]
         end = "<" if data == 1 else ">"
-        if elf_class == 2:
-            header = handle.read(48)
-            if len(header) < 48:
-                return None
-            kind, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack(end + "HHIQQQIHHH", header[:42])
-            phdr = struct.Struct(end + "IIQQQQQQ")  # type, flags, offset, vaddr, paddr, filesz, memsz, align
-            dyn = struct.Struct(end + "qQ")
-        else:
-            header = handle.read(36)
-            if len(header) < 36:
-                return None
-            kind, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack(end + "HHIIIIIHHH", header[:30])
-            phdr = struct.Struct(end + "IIIIIIII")  # type, offset, vaddr, paddr, filesz, memsz, flags, align
-            dyn = struct.Struct(end + "iI")
+        size, header_format, phdr_format, dyn_format = ELF_LAYOUTS[elf_class]
+        header = handle.read(size)
+        if len(header) < size:
+            return None
+        ehdr = struct.Struct(end + header_format)
+        kind, machine, _, _, phoff, _, _, _, phentsize, phnum = ehdr.unpack(header[: ehdr.size])
+        phdr = struct.Struct(end + phdr_format)
+        dyn = struct.Struct(end + dyn_format)
         base = ElfInfo(elf_class, data, machine, kind)
         if not phoff or not phnum or phentsize < phdr.size:
             return base

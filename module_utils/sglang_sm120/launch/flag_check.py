@@ -12,6 +12,7 @@ Upstream references are sgl-project/sglang issue / pull-request numbers (docs/do
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -299,6 +300,16 @@ def hardware_rules(
     return out
 
 
+def release_rules(sglang: str | Path, **options: Any) -> Callable[[Mapping[str, Any]], list[Finding]]:
+    """hardware_rules for the SGLang at ``sglang``, as a function of the flag values: ``options`` (version,
+    model_class, gpu_major, planned_patches, allow_topk_tree_on_mla) and the release's fusion source, read
+    here once (None where it cannot be read)."""
+    fusion_source = None
+    with contextlib.suppress(FlagError):
+        fusion_source = read_sources(sglang, [FUSION_SOURCE]).get(FUSION_SOURCE)
+    return functools.partial(hardware_rules, fusion_source=fusion_source, **options)
+
+
 # Run with a Python whose environment has SGLang's dependencies, the SGLang to check first on
 # PYTHONPATH: SGLang's own parser, abbreviations refused. Prints one JSON line.
 IMPORT_CHECK = r"""
@@ -465,18 +476,15 @@ def check_launch(
             raise FlagError(table_error)
         errors += [Finding("error", e) for e in static_errors]
         values = static_values(table, flags)
-    fusion_source = None
-    with contextlib.suppress(FlagError):
-        fusion_source = read_sources(sglang, [FUSION_SOURCE]).get(FUSION_SOURCE)
-    findings = hardware_rules(
-        values,
+    rules = release_rules(
+        sglang,
         version=version,
         model_class=model_class,
         gpu_major=gpu_major,
         planned_patches=planned_patches,
         allow_topk_tree_on_mla=allow_topk_tree_on_mla,
-        fusion_source=fusion_source,
     )
+    findings = rules(values)
     return FlagReport(
         sglang=str(sglang),
         version=version,

@@ -385,7 +385,7 @@ def verify_plan(
             check[key] = str((model_dirs or {})[value])
             host_paths[check[key]] = value
     key = _verify_key(python, package, check, device) if cache else None
-    cached = _read_verdict(Path(cache), key) if cache and key else None
+    cached = _read_verdict(Path(cache), key, check) if cache and key else None
     report = cached
     if report is None:
         try:
@@ -396,7 +396,7 @@ def verify_plan(
                 "SGLang's server would not start in it either; nothing started"
             ) from exc
         if cache and key and write_cache and report["results"][0]["verdict"] == "ok":
-            _write_verdict(Path(cache), key, report)
+            _write_verdict(Path(cache), key, report, check)
     result = report["results"][0]
     sglang_version = report.get("sglang_version") or version
     where = f"in the release's venv ({python})"
@@ -464,12 +464,7 @@ def _verify_key(python: str, package: Path, check: Mapping[str, Any], device: Ma
 
     # the directories by what they hold, not where: the lab's config files are written to a new
     # temporary directory every run
-    flags = start_failures.parse_argv(check["argv"])
-    given = {
-        "model": check.get("model") or flags.get("model-path"),
-        "draft": check.get("draft_model") or flags.get("speculative-draft-model-path"),
-    }
-    dirs = {kind: directory(path) for kind, path in given.items() if isinstance(path, str)}
+    dirs = {kind: directory(path) for kind, path in _model_paths(check).items() if isinstance(path, str)}
     records = sorted(package.parent.glob("sglang-*.dist-info/RECORD"))
     venv = Path(python).absolute().parent.parent
     inputs = {
@@ -487,16 +482,48 @@ def _verify_key(python: str, package: Path, check: Mapping[str, Any], device: Ma
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _read_verdict(cache: Path, key: str) -> Optional[dict[str, Any]]:
+def _model_paths(check: Mapping[str, Any]) -> dict[str, Any]:
+    """The model and draft directories a check names (its substitutes, else its flags)."""
+    flags = start_failures.parse_argv(check["argv"])
+    return {
+        "model": check.get("model") or flags.get("model-path"),
+        "draft": check.get("draft_model") or flags.get("speculative-draft-model-path"),
+    }
+
+
+def _moved(value: Any, moves: Mapping[str, str]) -> Any:
+    """``value`` with every string that is, or lies under, an old directory of ``moves`` rewritten to the new one."""
+    if isinstance(value, str):
+        for old, new in moves.items():
+            if value == old or value.startswith(old.rstrip("/") + "/"):
+                return new + value[len(old) :]
+        return value
+    if isinstance(value, list):
+        return [_moved(v, moves) for v in value]
+    if isinstance(value, dict):
+        return {k: _moved(v, moves) for k, v in value.items()}
+    return value
+
+
+def _read_verdict(cache: Path, key: str, check: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """A kept verdict for ``key``, its values under the model directories ``check`` names now: the key
+    holds the directories by content, so a verdict made with the same files elsewhere is reused."""
     try:
         report = json.loads((cache / f"server-args-{key}.json").read_text(encoding="utf-8"))
-        return report if isinstance(report, dict) and isinstance(report.get("results"), list) and report["results"] else None
     except (OSError, ValueError):
         return None
+    if not (isinstance(report, dict) and isinstance(report.get("results"), list) and report["results"]):
+        return None
+    if not isinstance(report.get("model_paths"), dict):
+        return None  # kept before the directories were recorded: its values may name other ones
+    then, now = report.pop("model_paths"), _model_paths(check)
+    moves = {old: now[kind] for kind, old in then.items() if isinstance(old, str) and isinstance(now.get(kind), str) and old != now[kind]}
+    return _moved(report, moves) if moves else report
 
 
-def _write_verdict(cache: Path, key: str, report: Mapping[str, Any]) -> None:
-    """Atomically; a failure to write only costs the next check."""
+def _write_verdict(cache: Path, key: str, report: Mapping[str, Any], check: Mapping[str, Any]) -> None:
+    """Atomically, with the model directories it was made with; a failure to write only costs the next check."""
+    report = {**report, "model_paths": _model_paths(check)}
     try:
         cache.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache, prefix=".server-args-")

@@ -15,7 +15,6 @@ two runs that both find a dead run's lock cannot both take it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import getpass
 import hashlib
 import json
@@ -25,11 +24,11 @@ import pwd
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import ToolkitError
+from ..files import directory_lock
 
 # How to break a lock by hand, unless the caller names a better way (the playbook command).
 BREAK_HINT = "remove {path} on the host"
@@ -197,17 +196,6 @@ def read(path: str) -> dict[str, Any] | None:
         return None
 
 
-@contextlib.contextmanager
-def _guard(directory: Path) -> Iterator[None]:
-    """An exclusive flock of the lock's directory while the lock file changes (released if the process dies)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _create(lock: Path, record: dict[str, Any]) -> None:
     """Write the full record to a temporary file beside the lock, then link it to the lock path:
     exclusive (FileExistsError if a lock exists) and never visible empty."""
@@ -251,7 +239,7 @@ def acquire(
     record = {**holder, "since": time.time()}
     if not dry_run:
         lock.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.nullcontext() if dry_run else _guard(lock.parent):
+    with contextlib.nullcontext() if dry_run else directory_lock(lock.parent):
         current = read(path)
         if current is None:
             if not dry_run:
@@ -296,7 +284,7 @@ def release(path: str, run_id: str) -> bool:
     lock = Path(path)
     if not lock.parent.is_dir():
         return False
-    with _guard(lock.parent):
+    with directory_lock(lock.parent):
         current = read(path)
         if current is None or current.get("run_id") != run_id:
             return False
@@ -309,7 +297,7 @@ def break_lock(path: str, dry_run: bool = False) -> dict[str, Any] | None:
     lock = Path(path)
     if not lock.parent.is_dir():
         return None
-    with contextlib.nullcontext() if dry_run else _guard(lock.parent):
+    with contextlib.nullcontext() if dry_run else directory_lock(lock.parent):
         current = read(path)
         if current is not None and not dry_run:
             lock.unlink()

@@ -261,6 +261,13 @@ def _need(config: dict[str, Any], key: str, source: SourceModel, architecture: s
     return config[key]
 
 
+def _target_sizes(text: dict[str, Any], config: dict[str, Any], *own: str) -> dict[str, list[Any]]:
+    """key -> [the real model's value, the tiny target's] for the sizes every target reports and the
+    architecture's ``own`` (in the report's order; a key neither config has is left out)."""
+    keys = ("num_hidden_layers", "hidden_size", "num_attention_heads", *own, "vocab_size", "max_position_embeddings")
+    return {key: [text.get(key), config.get(key)] for key in keys if key in text or key in config}
+
+
 def _weight_dtype(config: dict[str, Any]) -> str:
     name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     return TORCH_DTYPES.get(str(name).replace("torch.", ""), "BF16")
@@ -437,30 +444,23 @@ def _mla_plan(
     if text.get("attention_bias"):
         differences.append("attention_bias: true in the real config; the tiny target has no attention biases")
 
-    sizes = {
-        key: [text.get(key), config.get(key)]
-        for key in (
-            "num_hidden_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "q_lora_rank",
-            "kv_lora_rank",
-            "qk_nope_head_dim",
-            "qk_rope_head_dim",
-            "v_head_dim",
-            "intermediate_size",
-            "moe_intermediate_size",
-            "n_routed_experts",
-            "num_experts_per_tok",
-            "n_shared_experts",
-            "n_group",
-            "topk_group",
-            "first_k_dense_replace",
-            "vocab_size",
-            "max_position_embeddings",
-        )
-        if key in text or key in config
-    }
+    sizes = _target_sizes(
+        text,
+        config,
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "intermediate_size",
+        "moe_intermediate_size",
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "n_shared_experts",
+        "n_group",
+        "topk_group",
+        "first_k_dense_replace",
+    )
     dtype = _weight_dtype(config)
     hidden, vocab = TINY_HIDDEN, tokenizer.vocab_size
     nope, rope, v_dim, kv_lora = (int(config[k]) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"))
@@ -543,19 +543,7 @@ def _dense_plan(source: SourceModel, text: dict[str, Any], arch: str, tokenizer:
         head_dim=head_dim,
         intermediate_size=_round_up(int(text["intermediate_size"]) * scale, 64 * tp),
     )
-    sizes = {
-        key: [text.get(key), config.get(key)]
-        for key in (
-            "num_hidden_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        )
-    }
+    sizes = _target_sizes(text, config, "num_key_value_heads", "head_dim", "intermediate_size")
     sizes["head_dim"][0] = text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"])
     dtype = _weight_dtype(config)
     hidden, vocab = TINY_HIDDEN, tokenizer.vocab_size

@@ -281,30 +281,26 @@ def parse_torch_arch_list(value: str) -> list[ArchEntry]:
     text = value.replace(" ", ";")
     for name, expansion in TORCH_NAMED_ARCHES:
         text = text.replace(name, expansion)
-    out = []
-    for item in text.split(";"):
-        match = re.fullmatch(r"(\d+)\.(\d)(a?)(\+PTX)?", item)
-        if not match:
-            raise ArchListError(
-                f"{item!r} is not an arch torch accepts (MAJOR.MINOR, optional 'a', optional '+PTX'; "
-                f"entries separated by ';' or one space) in {value!r}"
-            )
-        out.append(ArchEntry(item, int(match.group(1)), int(match.group(2)), match.group(3), bool(match.group(4))))
-    return out
+    accepts = "torch accepts (MAJOR.MINOR, optional 'a', optional '+PTX'; entries separated by ';' or one space)"
+    return _arch_entries(value, text.split(";"), r"(\d+)\.(\d)(a?)(?P<ptx>\+PTX)?", accepts)
 
 
 def parse_flashinfer_arch_list(value: str) -> list[ArchEntry]:
     """FLASHINFER_CUDA_ARCH_LIST as FlashInfer's compilation context reads it: split on single spaces,
     each entry MAJOR.MINOR where the minor keeps its suffix (12.0f -> sm_120f). ';' is no separator there."""
+    accepts = "FlashInfer accepts (MAJOR.MINOR with optional 'a' or 'f'; entries separated by one space)"
+    return _arch_entries(value, value.split(" "), r"(\d+)\.(\d)([af]?)", accepts)
+
+
+def _arch_entries(value: str, items: Sequence[str], pattern: str, accepts: str) -> list[ArchEntry]:
+    """Each of the arch list's ``items`` read by ``pattern`` (major, minor, suffix, and +PTX where it has a
+    group ``ptx``); ArchListError naming the first that does not match and what the reader ``accepts``."""
     out = []
-    for item in value.split(" "):
-        match = re.fullmatch(r"(\d+)\.(\d)([af]?)", item)
+    for item in items:
+        match = re.fullmatch(pattern, item)
         if not match:
-            raise ArchListError(
-                f"{item!r} is not an arch FlashInfer accepts (MAJOR.MINOR with optional 'a' or 'f'; entries separated by one space) "
-                f"in {value!r}"
-            )
-        out.append(ArchEntry(item, int(match.group(1)), int(match.group(2)), match.group(3), False))
+            raise ArchListError(f"{item!r} is not an arch {accepts} in {value!r}")
+        out.append(ArchEntry(item, int(match.group(1)), int(match.group(2)), match.group(3), bool(match.groupdict().get("ptx"))))
     return out
 
 
