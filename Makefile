@@ -94,10 +94,13 @@ rehearsal: venv wheelhouse sglang-wheels
 	$(VENV)/bin/python scripts/rehearsal.py
 
 # Speed goals live here, not in timed unit tests.
+# Every bench runs and prints its figures; the target fails at the end if any missed its goal.
 bench: venv images wheelhouse sglang-wheels sglang-runtime
-	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py
-	$(VENV)/bin/python scripts/bench_converge.py
-	$(VENV)/bin/python scripts/bench_gate.py
+	status=0; \
+	$$(command -v taskset >/dev/null && echo taskset -c 0) $(VENV)/bin/python scripts/bench_audit.py || status=1; \
+	$(VENV)/bin/python scripts/bench_converge.py || status=1; \
+	$(VENV)/bin/python scripts/bench_gate.py || status=1; \
+	exit $$status
 
 clean: lab-down
 	rm -rf .cache/facts .cache/molecule

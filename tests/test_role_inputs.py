@@ -1,4 +1,5 @@
-"""Bad input to the cuda_toolkit role fails before any change, naming the variable."""
+"""Bad input to the cuda_toolkit role fails before any change, naming the variable; the preflight role's
+facts entry point (site.yml's second read) reads again only when the first read found no toolchain."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT
 
@@ -51,3 +53,46 @@ def test_bad_input_fails_before_any_change(extra, expected):
     assert expected in proc.stdout, proc.stdout[-3000:]
     assert "changed=0" in proc.stdout
     assert "cuda_toolkit : Ensure the host compiler" not in proc.stdout
+
+
+FOUND = {"nvcc_path": "/opt/cuda-test/bin/nvcc", "nvcc_version": "13.0", "gcc_version": "12.2.0"}
+
+
+@pytest.mark.parametrize(
+    ("first_read", "refresh", "reads_again"),
+    [
+        (FOUND, "auto", False),
+        ({**FOUND, "nvcc_path": "/usr/bin/nvcc"}, "auto", True),
+        ({**FOUND, "nvcc_path": None, "nvcc_version": None}, "auto", True),
+        ({**FOUND, "gcc_version": None}, "auto", True),
+        (None, "auto", True),
+        (FOUND, "always", True),
+    ],
+)
+def test_preflight_facts_entry_point_reads_again_only_without_the_toolchain(tmp_path, first_read, refresh, reads_again):
+    """What main found earlier in the run (preflight_result) decides; the CUDA toolkit role changes only nvcc and gcc."""
+    play_vars = {"preflight_require_gpu": False, "preflight_cuda_home": "/opt/cuda-test/", "preflight_facts_refresh": refresh}
+    if first_read is not None:
+        play_vars["preflight_result"] = first_read
+    playbook = tmp_path / "facts.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "vars": play_vars,
+                    "tasks": [{"ansible.builtin.import_role": {"name": "preflight", "tasks_from": "facts"}}],
+                }
+            ]
+        )
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    env["ANSIBLE_CACHE_PLUGIN"] = "memory"
+    env["ANSIBLE_PYTHON_INTERPRETER"] = sys.executable
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", "--check", str(playbook)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # the argument check, then the read (ok) or its skip
+    assert ("ok=2 " if reads_again else "ok=1 ") in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert ("skipped=0" if reads_again else "skipped=1") in proc.stdout, proc.stdout[-3000:]
