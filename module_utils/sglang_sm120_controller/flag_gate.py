@@ -1,5 +1,5 @@
 """The flag gate of bin/sglang-flags: SGLang's own ServerArgs built from the launch flags on a faked
-device, then the toolkit's rules (the start-failure catalogue, flag_rules' hardware rules) on the
+device, then the toolkit's rules (the start-failure catalogue, flag_check's hardware rules) on the
 values SGLang resolved.
 
 For flag sets checked against one SGLang release (one runtime process for all of them):

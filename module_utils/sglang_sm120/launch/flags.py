@@ -1,14 +1,14 @@
 """SGLang launch flags: the flag table read statically from a release's server_args.py, profile
 validation, cross-checks, and the systemd ExecStart rendering.
 
-Plain Python, standard library only, no Ansible imports; flag_rules.py builds the checker on it.
+Plain Python, standard library only, no Ansible imports; flag_check.py builds the checker on it.
 
 The table comes from ``ServerArgs.add_cli_args``: every ``parser.add_argument("--name", "--alias",
 type=..., choices=..., action=..., nargs=...)`` call, with ``choices`` given by name resolved from
 module-level list constants, plus (0.5.2x) the annotated dataclass fields of ``srt/arg_groups/fields``
 that ``add_cli_args_from_dataclass`` turns into flags. Nothing is imported, so this works where
-torch is absent. Where the release's SGLang *can* be imported, flag_rules.check_launch runs
-SGLang's own parser with abbreviations refused, and its verdict wins; flag_rules also holds the
+torch is absent. Where the release's SGLang *can* be imported, flag_check.check_launch runs
+SGLang's own parser with abbreviations refused, and its verdict wins; flag_check also holds the
 hardware rules (what a version accepts but fails on with SM120 / PCIe / MLA).
 
 A profile is a mapping of canonical flag name (without ``--``) to value: ``true`` is a switch,

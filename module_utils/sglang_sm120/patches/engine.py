@@ -1,9 +1,9 @@
 """Apply, check and revert the toolkit's source patches to an installed SGLang package.
 
-The engine takes the parsed manifest (files/patches/manifest.yml, a dict; see patch_manifest.py) and
+The engine takes the parsed manifest (files/patches/manifest.yml, a dict; see manifest.py) and
 the directory of its Jinja2 templates, so Ansible hosts need no yaml; jinja2 is imported only when a
-template is rendered. At module load only the standard library and sibling module_utils are imported
-(patch_errors, patch_manifest, unified_diff, sglang_venv, atomic_files, patch_lint); their public
+template is rendered. At module load only the standard library and the package's own modules are imported
+(errors, manifest, diff, lint, ..release.venv, ..files); their public
 names are re-exported here (__all__) for existing callers.
 
 Rules, in the order they are checked for each selected patch:

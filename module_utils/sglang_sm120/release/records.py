@@ -1,6 +1,6 @@
 """Versioned SGLang releases: the explicit record (releases.json), the current symlink, pruning.
 
-Plain Python, standard library and the sibling ``atomic_files`` (its atomic write) only;
+Plain Python, standard library and the package's ``files`` (its atomic write) only;
 library/sglang_release.py wraps it.
 
     <root>/releases/<id>/          one release: venv/ (created at its final path), logs/, manifest.json

@@ -4,13 +4,13 @@
 Standard library only, so any Python 3.9+ on the GPU host runs it (copied there by the
 sglang_benchmark role and used when SGLang's own bench_serving cannot be imported). Requests
 mirror bench_serving's "sglang" backend: temperature 0, ignore_eos, a fixed max_new_tokens,
-streamed; TTFT and ITL are measured the same way (see bench_report.summarize).
+streamed; TTFT and ITL are measured the same way (see report.summarize).
 
     python3 bench_client.py --url http://127.0.0.1:30000 --prompts prompts.json \\
         --num-prompts 16 --output-len 64 --concurrency 1 --profile eagle3 \\
         --out run.json --progress progress.txt
 
-Writes the run record (bench_report's format) to --out atomically, at the end only; one line per
+Writes the run record (serve/report.py's format) to --out atomically, at the end only; one line per
 finished request to --progress. An API key, if the server wants one, is read from --keys-file (the
 0640 YAML file the service hands SGLang with --config: `api-key: "..."`, `admin-api-key: "..."`),
 never from the command line or an environment assignment that sudo would log.
@@ -34,7 +34,7 @@ requests_accept_length).
     python3 bench_client.py --url http://127.0.0.1:30000 --unit sglang.service --evidence evidence.json
 
 writes what the running server shows of its optimisations: its /get_server_info answer and the lines
-of its unit's current run in the journal that speak of them (bench_report.effective_optimisations
+of its unit's current run in the journal that speak of them (report.effective_optimisations
 reads both).
 """
 
@@ -395,7 +395,7 @@ def run(
 
 
 # Journal lines worth keeping as evidence: a broad keep-filter, no verdicts. What each line means, per
-# SGLang version, is server_evidence's table, on the controller (bench_report judges them there).
+# SGLang version, is evidence.py's table, on the controller (report.py judges them there).
 EVIDENCE_LINE = re.compile(
     r"cuda graph|symm|multicast|all-?reduce|fusion|flashinfer (?:comm|workspace)|speculative|eagle|accept len|mixed chunk|"
     r"server_args=|fired up and ready to roll",

@@ -1,7 +1,7 @@
 """Benchmark figures, the baseline-vs-speculative verdict and gate, and the per-release report.
 
-Plain Python, standard library only (the chart is drawn on the controller by the sibling
-``bench_chart`` with matplotlib); library/sglang_report.py wraps it on the host and pytest drives it
+Plain Python, standard library only (the chart is drawn on the controller by
+``sglang_sm120_controller.chart`` with matplotlib); library/sglang_report.py wraps it on the host and pytest drives it
 on recorded timings.
 
 A *run* is one benchmark of one profile at one concurrency, whichever client measured it::
