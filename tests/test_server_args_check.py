@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from sglang_sm120.launch import flags as server_flags  # noqa: E402
 from sglang_sm120.launch import server_args as server_args_check  # noqa: E402
+from sglang_sm120.release.venv import sglang_version  # noqa: E402
+from sglang_sm120_controller.compat import render_profile  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 RUNTIME = CACHE / "sglang-runtime" / "0.5.9"
@@ -48,22 +50,26 @@ REMOTE_CODE_STANDIN = (
 
 def eagle3_recipe(model: Path, draft: Path, tree: Path = TREE) -> list[str]:
     """Upstream's Kimi-K2.5 EAGLE-3 recipe with --tp-size 8: the eagle3 profile of
-    inventory/production/group_vars/all/service.yml as the toolkit renders it, paths pointed at the
-    fixtures, without the --kv-cache-dtype the toolkit adds (the start gate refuses the recipe
-    without it: tests/test_start_failures.py, tests/test_launch_plan.py)."""
+    inventory/production/group_vars/all/service.yml as the toolkit renders it for that release
+    (render_profile, stack_sglang_version = the tree's), paths pointed at the fixtures, without the two
+    flags the toolkit adds to it: --kv-cache-dtype and --moe-runner-backend (the start gate refuses the
+    recipe without them: tests/test_start_failures.py, tests/test_launch_plan.py, tests/test_sglang_flags_cli.py)."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    assert service["sglang_profiles"]["eagle3"].pop("kv-cache-dtype") == "bfloat16"
+    eagle3 = service["sglang_profiles"]["eagle3"]
+    assert eagle3.pop("kv-cache-dtype") == "bfloat16"
+    assert eagle3.pop("moe-runner-backend") == "{{ stack_moe_runner_backend }}"
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
-    values = {
-        "{{ stack_model_path }}": str(model),
-        "{{ stack_draft_model_path }}": str(draft),
-        "{{ stack_speculative_algorithm }}": str(stack["stack_speculative_algorithm"]),
+    variables = {
+        **stack,
+        "stack_sglang_version": sglang_version(tree),
+        "stack_model_path": str(model),
+        "stack_draft_model_path": str(draft),
     }
-    profile = {}
-    for name, value in service["sglang_profiles"]["eagle3"].items():
-        text = values.get(value, value) if isinstance(value, str) else value
-        assert not (isinstance(text, str) and "{{" in text), f"eagle3 profile: {name} is an unrendered template {text!r}"
-        profile[name] = text
+    profile = render_profile(eagle3, variables)
+    for name, text in profile.items():
+        assert not (isinstance(text, str) and ("{{" in text or text.startswith("<"))), (
+            f"eagle3 profile: {name} is an unrendered template {text!r}"
+        )
     validation = server_flags.validate(server_flags.release_flag_table(tree), profile)
     assert validation.ok, validation.errors
     return validation.argv

@@ -24,6 +24,7 @@ from sglang_sm120.launch.flags import (
     systemd_quote,
     validate,
 )
+from sglang_sm120_controller.compat import render_profile
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache")) / "sglang"
 WHEEL = CACHE / "sglang-0.5.9-py3-none-any.whl"
@@ -40,10 +41,7 @@ def eagle3_profile(name: str = "eagle3") -> dict[str, Any]:
     """A profile of the inventory (eagle3 by default), with the stack's values filled in."""
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    text = yaml.safe_dump(service["sglang_profiles"][name], sort_keys=False)
-    for key, value in stack.items():
-        text = text.replace("{{ " + key + " }}", str(value))
-    return {**yaml.safe_load(text), "host": "127.0.0.1", "port": 30000}
+    return {**render_profile(service["sglang_profiles"][name], stack), "host": "127.0.0.1", "port": 30000}
 
 
 def test_table_from_wheel_and_tree_agree(table: dict[str, Any]) -> None:

@@ -35,7 +35,9 @@ from sglang_sm120.launch.start_failures import (
     read_host_facts,
     read_model_dir,
     registered_architectures,
+    version_tuple,
 )
+from sglang_sm120_controller.compat import render_profile
 
 MODELS = DATA / "models"
 SF = DATA / "start-failures"
@@ -147,6 +149,12 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"]), "ok"),
             "outside": dict(argv=["--moe-runner-backend", "flashinfer_trtllm"], version="0.5.8"),
         },
+        # the resolved value where SGLang's ServerArgs ran: --quantization modelopt_fp4 makes it flashinfer_cutlass on SM120
+        "nvfp4-moe-runner-auto-is-trtllm-on-sm120": {
+            "hit": (dict(model=model, version="0.5.23"), "refused"),
+            "miss": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.16"), "ok"),
+            "outside": dict(model=model, version="0.5.15"),
+        },
         "fp8-kv-from-checkpoint": {
             "hit": (dict(model=model), "refused"),
             "miss": (dict(argv=["--kv-cache-dtype", "bf16"], model=model), "ok"),
@@ -197,9 +205,9 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "outside": None,
         },
         "deepgemm-on-sm120": {
-            "hit": (dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.14"), "refused"),
+            "hit": (dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.12"), "refused"),
             "miss": (dict(env={"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}, host=host_with(host8, deep_gemm_importable=True)), "ok"),
-            "outside": dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.15"),
+            "outside": dict(host=host_with(host8, deep_gemm_importable=True), version="0.5.13"),
         },
         "flashinfer-jit-nvcc-too-old": {
             "hit": (dict(host=host_with(host8, nvcc_version="12.8")), "refused"),
@@ -370,28 +378,43 @@ def test_memory_arithmetic_names_every_number(aliases: dict[str, str], kimi: Pat
 # --- the upstream recipe ------------------------------------------------------------------------
 
 
-def recipe_argv() -> list[str]:
-    """Upstream's recipe: the eagle3 profile of inventory/production/group_vars/all/service.yml as a
-    command line, without the --kv-cache-dtype bfloat16 the toolkit adds to it (which the test below
-    puts back)."""
+def recipe_argv(version: str) -> list[str]:
+    """Upstream's recipe: the eagle3 profile of inventory/production/group_vars/all/service.yml as the
+    toolkit renders it for `version`, as a command line, without the two flags the toolkit adds to it
+    (--kv-cache-dtype bfloat16, and --moe-runner-backend where stack.yml sets it), which
+    test_upstream_recipe_with_kimi_fixtures puts back."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    assert service["sglang_profiles"]["eagle3"].pop("kv-cache-dtype") == "bfloat16"
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    variables = {**stack, "stack_sglang_version": version, "stack_model_path": "/data/kimi", "stack_draft_model_path": "/data/eagle3"}
+    profile = render_profile(service["sglang_profiles"]["eagle3"], variables)
+    assert profile.pop("kv-cache-dtype") == "bfloat16"
+    profile.pop("moe-runner-backend")
     argv: list[str] = []
-    for name, value in service["sglang_profiles"]["eagle3"].items():
-        value = {"{{ stack_model_path }}": "/data/kimi", "{{ stack_draft_model_path }}": "/data/eagle3"}.get(str(value), value)
-        value = "EAGLE3" if str(value) == "{{ stack_speculative_algorithm }}" else value
+    for name, value in profile.items():
         argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
     return argv
 
 
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def toolkit_additions(version: str) -> list[str]:
+    """What the toolkit's profile adds to upstream's recipe on `version`, rendered as Ansible does."""
+    service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    profile = render_profile(service["sglang_profiles"]["eagle3"], {**stack, "stack_sglang_version": version})
+    return [
+        item for name in ("kv-cache-dtype", "moe-runner-backend") if profile[name] is not None for item in (f"--{name}", str(profile[name]))
+    ]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15.post1", "0.5.16", "0.5.23"])
 def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: HostFacts) -> None:
-    """Nothing refuses upstream's recipe on the Kimi-shaped model, draft and host, except the
-    checkpoint's FP8 KV hint on 0.5.9 (domain notes row 6: --kv-cache-dtype auto takes FP8 from
-    the checkpoint): with an explicit --kv-cache-dtype it is accepted on both releases."""
+    """Upstream's recipe on the Kimi-shaped model, draft and host: refused for the checkpoint's FP8 KV
+    hint on 0.5.9 (domain notes row 6: --kv-cache-dtype auto takes FP8 from the checkpoint) and for
+    the NVFP4 MoE runner left on auto from 0.5.16 (auto becomes flashinfer_trtllm after the load);
+    with the toolkit's additions for that release (an explicit --kv-cache-dtype, and
+    --moe-runner-backend flashinfer_cutlass from 0.5.16 only) nothing refuses or warns."""
     sglang = tree(version)
     aliases = {name: flag.name for name, flag in _lookup(release_flag_table(sglang)).items()}
-    argv = recipe_argv()
+    argv = recipe_argv(version)
     assert argv[argv.index("--speculative-eagle-topk") : argv.index("--speculative-eagle-topk") + 2] == ["--speculative-eagle-topk", "1"]
     kw = dict(
         version=version,
@@ -403,11 +426,20 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     )
     verdicts = {e.id: evaluate_entry(e, context(aliases, argv, **kw)) for e in ENTRIES.values()}
     refused = sorted(i for i, v in verdicts.items() if v.verdict == "refused")
-    assert refused == (["fp8-kv-from-checkpoint"] if version == "0.5.9" else []), refused
+    late = version_tuple(version) >= (0, 5, 16)
+    assert refused == (
+        ["fp8-kv-from-checkpoint"] if version == "0.5.9" else ["nvfp4-moe-runner-auto-is-trtllm-on-sm120"] if late else []
+    ), refused
+    if late:
+        moe = verdicts["nvfp4-moe-runner-auto-is-trtllm-on-sm120"]
+        assert "--moe-runner-backend auto (SGLang's default, not given)" in moe.text() and "model quantization modelopt_fp4" in moe.text()
+        assert "flashinfer_cutlass" in moe.fix
     assert verdicts["weights-exceed-static-memory"].verdict == "ok"
     assert verdicts["draft-architecture-unknown"].verdict == "ok"
     assert verdicts["topk-tree-flashinfer-mla"].verdict == "ok"
-    explicit = [evaluate_entry(e, context(aliases, [*argv, "--kv-cache-dtype", "bfloat16"], **kw)) for e in ENTRIES.values()]
+    additions = toolkit_additions(version)
+    assert ("--moe-runner-backend" in additions) == late, additions
+    explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
     assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == []
 
 
@@ -573,17 +605,29 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_recipe_accepted_json_lists_every_entry(kimi: Path) -> None:
-    out = cli(
-        "--sglang", tree("0.5.23"), "--model-class", KIMI_CLASS, "--json", "--model", kimi, "--draft-model", MODELS / "kimi-k2.5-eagle3",
-        "--host-facts", HOST8, "--env", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", "--", *recipe_argv(), "--kv-cache-dtype", "bfloat16",
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    report = json.loads(out.stdout)
-    sf = report["start_failures"]
-    assert report["ok"] is True and sf["capability"] == "12.0" and sf["capability_from"] == "--host-facts"
-    assert sorted(v["id"] for v in sf["verdicts"]) == sorted(ENTRIES)
-    assert all(v["verdict"] in ("ok", "unknown", "n/a") and v["evidence"] for v in sf["verdicts"]), sf["verdicts"]
-    assert sf["counts"]["refused"] == 0 and sf["env"] == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    """bin/sglang-flags with the Kimi-K2.5-NVFP4 config on the 8x RTX PRO 6000 host facts: the
+    production eagle3 profile as it stood (upstream's recipe plus --kv-cache-dtype) is refused on 0.5.23,
+    naming the MoE runner and its fix; with the toolkit's profile for 0.5.23 it is accepted, and on
+    0.5.9 (where the profile leaves the runner to SGLang) too."""
+    common = ["--model-class", KIMI_CLASS, "--model", kimi, "--draft-model", MODELS / "kimi-k2.5-eagle3", "--host-facts", HOST8]
+    env = ["--env", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
+    old = cli("--sglang", tree("0.5.23"), *common, *env, "--", *recipe_argv("0.5.23"), "--kv-cache-dtype", "bfloat16")
+    assert old.returncode == 1, old.stdout + old.stderr
+    refused = [line for line in old.stdout.splitlines() if line.startswith("refused: ")]
+    assert len(refused) == 1 and refused[0].startswith("refused: [nvfp4-moe-runner-auto-is-trtllm-on-sm120]"), old.stdout
+    assert "--moe-runner-backend auto (SGLang's default, not given)" in refused[0]
+    assert "fix: add moe-runner-backend: flashinfer_cutlass to the profile" in refused[0]
+    for version in ("0.5.23", "0.5.9"):
+        out = cli("--sglang", tree(version), *common, "--json", *env, "--", *recipe_argv(version), *toolkit_additions(version))
+        assert out.returncode == 0, version + out.stdout + out.stderr
+        report = json.loads(out.stdout)
+        sf = report["start_failures"]
+        assert report["ok"] is True and sf["capability"] == "12.0" and sf["capability_from"] == "--host-facts"
+        assert sorted(v["id"] for v in sf["verdicts"]) == sorted(ENTRIES)
+        assert all(v["verdict"] in ("ok", "unknown", "n/a") and v["evidence"] for v in sf["verdicts"]), sf["verdicts"]
+        assert sf["counts"]["refused"] == 0 and sf["env"] == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+        moe = next(v for v in sf["verdicts"] if v["id"] == "nvfp4-moe-runner-auto-is-trtllm-on-sm120")
+        assert moe["verdict"] == ("ok" if version == "0.5.23" else "n/a"), moe
 
 
 def test_cli_refuses_and_says_why(kimi: Path) -> None:

@@ -204,12 +204,40 @@ def check_release(
     return row
 
 
+def _version_test(value: Any, other: Any, operator: str = "eq") -> bool:
+    """Ansible's ``version`` test (PEP 440 versions) for the stack's expressions."""
+    from packaging.version import Version
+
+    ops = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "=": "eq", "!=": "ne"}
+    a, b = Version(str(value)), Version(str(other))
+    return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[ops.get(operator, operator)]
+
+
 def render_profile(profile: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill ``{{ name }}`` from the stack variables (the profile's only templating); unknown names stay a placeholder."""
+    """A launch profile of the inventory with its ``{{ name }}`` filled from the stack variables, as
+    Ansible renders it: a variable that is itself an expression over the others (stack.yml's
+    stack_moe_runner_backend over stack_sglang_version, with Ansible's ``version`` test) is evaluated
+    with Jinja's native types, so ``none`` stays None (the flag is left out). Unknown names stay a
+    placeholder ``<name>``."""
+    from jinja2.nativetypes import NativeEnvironment
+
+    env = NativeEnvironment()
+    env.tests["version"] = _version_test
+
+    def variable(name: str) -> Any:
+        if name not in variables:
+            return f"<{name}>"
+        value = variables[name]
+        if isinstance(value, str) and "{{" in value:
+            return env.from_string(value).render(dict(variables))
+        return value
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):
-            return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(variables.get(m.group(1), f"<{m.group(1)}>")), value)
+            whole = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", value)
+            if whole:
+                return variable(whole.group(1))
+            return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(variable(m.group(1))), value)
         if isinstance(value, list):
             return [fill(v) for v in value]
         return value

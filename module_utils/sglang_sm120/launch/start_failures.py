@@ -57,7 +57,7 @@ ENTRY_KEYS = {
     "acknowledged_by": "optional",
 }
 # Facts each condition kind may name, and the operators it takes.
-MODEL_FACTS = ("is_mla", "kv_cache_quant_algo", "architectures", "model_type", "auto_map_missing", "registered")
+MODEL_FACTS = ("is_mla", "kv_cache_quant_algo", "quantization", "architectures", "model_type", "auto_map_missing", "registered")
 HOST_FACTS = (
     "pcie_only",
     "driver_version",
@@ -311,6 +311,8 @@ class ModelFacts:
     is_mla: bool
     kv_cache_quant_algo: Optional[str]
     kv_cache_quant_source: str
+    quantization: Optional[str]  # the checkpoint's method as SGLang names it (modelopt_fp4, fp8, ...); None: unquantized
+    quantization_source: str
     total_size: Optional[int]
     total_size_source: str
     auto_map_modules: list[str]
@@ -352,6 +354,27 @@ def _kv_from_quant_config(config: Mapping[str, Any]) -> tuple[Optional[str], str
     return (algo if isinstance(algo, str) else None), "kv_cache_quant_algo"
 
 
+def _method_from_quant_config(config: Mapping[str, Any]) -> Optional[str]:
+    """The quantization method SGLang takes from a checkpoint's quantization config when
+    --quantization is not given: ModelOpt's exports (quant_method "modelopt", or the nested
+    hf_quant_config.json form) become modelopt_fp4 / modelopt_fp8 by their quant_algo, as
+    ModelOptFp4Config / ModelOptFp8Config.override_quantization_method decide; any other
+    quant_method is SGLang's name as written (fp8, compressed-tensors, awq, ...)."""
+    nested = config.get("quantization")
+    algo = config.get("quant_algo")
+    method = config.get("quant_method")
+    if isinstance(nested, dict) and method is None:
+        algo, method = nested.get("quant_algo"), "modelopt"
+    method = str(method).lower() if isinstance(method, str) else None
+    if method in ("modelopt", "modelopt_fp4", "modelopt_fp8") and isinstance(algo, str):
+        name = algo.upper()
+        if "FP4" in name:
+            return "modelopt_fp4"
+        if "FP8" in name:
+            return "modelopt_fp8"
+    return method
+
+
 def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts:
     """What the catalogue reads from a model (or draft) directory; FactsError naming the file."""
     path = Path(directory)
@@ -373,16 +396,24 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
     inner_archs = [a for a in (text.get("architectures") or []) if isinstance(a, str)]
     is_mla = any(a in MLA_MODEL_CLASSES for a in archs + inner_archs) or any(c.get("kv_lora_rank") is not None for c in (config, text))
     kv_algo, kv_source = None, "no quantization config"
+    method, method_source = None, f"no quantization_config in {path / 'config.json'} and no hf_quant_config.json"
     quant = config.get("quantization_config")
     if isinstance(quant, dict):
         kv_algo, kv_source = _kv_from_quant_config(quant)
         kv_source = f"{path / 'config.json'}: {kv_source}"
+        method = _method_from_quant_config(quant)
+        method_source = (
+            f"{path / 'config.json'}: quantization_config (quant_method {quant.get('quant_method')}, quant_algo {quant.get('quant_algo')})"
+        )
     elif "hf_quant_config.json" in names:
         hf_quant = _read_json(path / "hf_quant_config.json", "")
         if not isinstance(hf_quant, dict):
             raise FactsError(f"{path / 'hf_quant_config.json'}: expected a JSON object, found {type(hf_quant).__name__}")
         kv_algo, kv_source = _kv_from_quant_config(hf_quant)
         kv_source = f"{path / 'hf_quant_config.json'}: {kv_source}"
+        method = _method_from_quant_config(hf_quant)
+        nested = hf_quant.get("quantization") if isinstance(hf_quant.get("quantization"), dict) else {}
+        method_source = f"{path / 'hf_quant_config.json'}: quantization.quant_algo {nested.get('quant_algo')}"
     total_size, size_source = None, f"no model.safetensors.index.json in {path}"
     if "model.safetensors.index.json" in names:
         index_path = path / "model.safetensors.index.json"
@@ -406,6 +437,8 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
         is_mla=is_mla,
         kv_cache_quant_algo=kv_algo,
         kv_cache_quant_source=kv_source,
+        quantization=method,
+        quantization_source=method_source,
         total_size=total_size,
         total_size_source=size_source,
         auto_map_modules=modules,
@@ -741,6 +774,9 @@ def _model_condition(kind: str, cond: Mapping[str, Any], ctx: Context) -> Result
     elif fact == "kv_cache_quant_algo":
         value = (facts.kv_cache_quant_algo or "").upper() or None
         text = f"{kind} kv_cache_quant_algo {facts.kv_cache_quant_algo} ({facts.kv_cache_quant_source})"
+    elif fact == "quantization":
+        value = facts.quantization
+        text = f"{kind} quantization {facts.quantization or 'none'} ({facts.quantization_source})"
     elif fact == "auto_map_missing":
         value = bool(facts.auto_map_missing)
         text = (
