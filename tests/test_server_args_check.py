@@ -61,7 +61,7 @@ def eagle3_recipe(model: Path, draft: Path, tree: Path = TREE) -> list[str]:
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     variables = {
         **stack,
-        "stack_sglang_version": sglang_version(tree),
+        "stack_sglang_version": sglang_version(tree / "sglang"),
         "stack_model_path": str(model),
         "stack_draft_model_path": str(draft),
     }

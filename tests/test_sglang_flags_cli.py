@@ -58,6 +58,8 @@ SPEC_3_1_16 = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", 
 SPEC_2_4_8 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
 TOPK4 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"]
 BF16 = ["--kv-cache-dtype", "bfloat16"]  # explicit, so the checkpoint's FP8 KV hint (catalogue row 6) stays out of the way
+# explicit on 0.5.23, so the NVFP4 checkpoint's auto MoE runner (flashinfer_trtllm after the load) stays out of the way
+CUTLASS_MOE = ["--moe-runner-backend", "flashinfer_cutlass"]
 ENTRIES = [e.id for e in load_catalogue()]
 
 needs_runtime = pytest.mark.skipif(
@@ -333,12 +335,25 @@ def gate_0523(kimi: Path, host8: HostFacts) -> dict[str, GateReport]:
         "moe-flashinfer-trtllm": [*base, "--moe-runner-backend", "flashinfer_trtllm"],
         "no-num-steps": [*base, *eagle3, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
         "base-gpu-id": [*base, "--base-gpu-id", "-1"],
-        "draft-tokens-16": [*base, *eagle3, *SPEC_3_1_16, "--attention-backend", "flashinfer"],
+        "draft-tokens-16": [*base, *eagle3, *SPEC_3_1_16, "--attention-backend", "flashinfer", *CUTLASS_MOE],
         # With DP attention SGLang lowers its automatic --mem-fraction-static to 0.61, which the weights
         # do not fit (weights-exceed-static-memory): given explicitly here.
-        "deprecated": [*base, "--dp-size", "8", "--enable-dp-attention", "--disable-cuda-graph", "--mem-fraction-static", "0.85"],
+        "deprecated": [
+            *base,
+            *CUTLASS_MOE,
+            "--dp-size",
+            "8",
+            "--enable-dp-attention",
+            "--disable-cuda-graph",
+            "--mem-fraction-static",
+            "0.85",
+        ],
         "recipe": recipe,
         "recipe-bf16": [*recipe, *BF16],
+        # the toolkit's eagle3 profile for 0.5.23 (inventory/production: stack_moe_runner_backend)
+        "recipe-toolkit": [*recipe, *BF16, *CUTLASS_MOE],
+        # SGLang's own remap: with --quantization modelopt_fp4 its ServerArgs turns auto into flashinfer_cutlass on SM120
+        "recipe-quantization": [*recipe, *BF16, "--quantization", "modelopt_fp4"],
     }
     flag_sets = [FlagSet(argv, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
     reports = check_flag_sets(TREE_0523, flag_sets, model_class=KIMI, gpu_cc="12.0", host=host8)
@@ -430,15 +445,26 @@ def test_0_5_23_deprecated_switches_are_accepted(gate_0523: dict[str, GateReport
 
 @needs_runtime_0523
 def test_0_5_23_upstream_kimi_eagle3_recipe_on_the_kimi_fixtures(gate_0523: dict[str, GateReport]) -> None:
-    """SGLang 0.5.23 accepts upstream's recipe and rewrites nothing; without --kv-cache-dtype the
-    catalogue warns (the checkpoint's FP8 KV, chosen after the load), with it nothing is left."""
+    """SGLang 0.5.23 accepts upstream's recipe and rewrites nothing, but leaves the NVFP4 checkpoint's
+    MoE runner on auto, which it turns into flashinfer_trtllm after the load: the catalogue refuses it
+    on the value SGLang resolved (and warns of the checkpoint's FP8 KV without --kv-cache-dtype). With
+    the toolkit's profile for 0.5.23 (--moe-runner-backend flashinfer_cutlass) nothing is left; with
+    --quantization modelopt_fp4 instead, SGLang's own remap picks flashinfer_cutlass, and the gate reads that."""
     report = gate_0523["recipe"]
     assert report.server_args is not None and report.server_args["verdict"] == "ok" and report.server_args["rewritten"] == []
-    assert report.ok and [v.id for v in report.refused_entries] == []
+    assert not report.ok and [v.id for v in report.refused_entries] == ["nvfp4-moe-runner-auto-is-trtllm-on-sm120"]
     assert [v.id for v in report.verdicts if v.verdict == "warning"] == ["fp8-kv-from-checkpoint-later"]
-    explicit = gate_0523["recipe-bf16"]
-    assert explicit.ok and explicit.flags.errors == [] and explicit.flags.warnings == []
-    assert [v.id for v in explicit.verdicts if v.verdict in ("refused", "warning")] == []
+    bf16 = gate_0523["recipe-bf16"]
+    assert bf16.flags.errors == [] and [v.id for v in bf16.refused_entries] == ["nvfp4-moe-runner-auto-is-trtllm-on-sm120"]
+    moe = entry(bf16, "nvfp4-moe-runner-auto-is-trtllm-on-sm120")
+    assert "--moe-runner-backend auto (not given: the value SGLang resolved)" in moe.evidence, moe.evidence
+    assert any(e.startswith("model quantization modelopt_fp4") for e in moe.evidence), moe.evidence
+    toolkit = gate_0523["recipe-toolkit"]
+    assert toolkit.ok and toolkit.flags.errors == [] and toolkit.flags.warnings == []
+    assert [v.id for v in toolkit.verdicts if v.verdict in ("refused", "warning")] == []
+    remapped = gate_0523["recipe-quantization"]
+    assert remapped.server_args is not None and remapped.server_args["resolved"]["moe_runner_backend"] == "flashinfer_cutlass"
+    assert entry(remapped, "nvfp4-moe-runner-auto-is-trtllm-on-sm120").verdict == "ok"
 
 
 def test_a_wheel_that_is_not_sglang_is_refused_before_anything_is_unpacked(tmp_path: Path) -> None:
