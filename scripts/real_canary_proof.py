@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -42,6 +43,7 @@ from sglang_sm120.serve import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+QUANT_LINE = re.compile(r"(?i)marlin|moe.runner|fp4|modelopt|quantiz|cutlass|trtllm")
 KEY = "proof-" + os.urandom(12).hex()
 HOLDER = """
 import sys, time, torch
@@ -60,6 +62,7 @@ def plan_argv(keys: Path) -> list[str]:
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3/output_100k_sglang/4",
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
         "--trust-remote-code", "--cuda-graph-max-bs", "8", "--enable-metrics", "--host", "127.0.0.1", "--port", "30000",
+        "--quantization", "modelopt_fp4", "--speculative-draft-model-quantization", "unquant",
         "--config", str(keys),
     ]  # fmt: skip
 
@@ -90,6 +93,8 @@ def main() -> int:
     parser.add_argument("--hold-free-gib", type=float, default=24.0, help="GiB the stand-in serving process leaves free")
     parser.add_argument("--budget", type=float, default=240.0, help="each canary's start timeout, seconds")
     parser.add_argument("--deadline", type=float, default=540.0, help="seconds for everything: a retry that cannot fit is skipped")
+    parser.add_argument("--skip-fails", action="store_true", help="leave out run 3 (fa3 without kernels)")
+    parser.add_argument("--draft-mismatch", action="store_true", help="add a run whose draft was made for another target")
     args = parser.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -118,8 +123,11 @@ def main() -> int:
 
     # 3. a backend this release has no kernels for: accepted by SGLang, fails at start.
     plan = plan_argv(keys_file)
-    failing = canary.canary_argv([*plan[:5], "fa3", *plan[6:]], models["target"], models["draft"], 30100, 0.1, hints.get("kv_cache_dtype"))
-    summary["fails"] = run("fails", out, failing, env, args.sglang_version, keys, args.budget)
+    if not args.skip_fails:
+        failing = canary.canary_argv(
+            [*plan[:5], "fa3", *plan[6:]], models["target"], models["draft"], 30100, 0.1, hints.get("kv_cache_dtype")
+        )
+        summary["fails"] = run("fails", out, failing, env, args.sglang_version, keys, args.budget)
 
     # 2. a process standing in for the serving server holds the memory; the placement reads it.
     ready = work / "holder.ready"
@@ -139,6 +147,21 @@ def main() -> int:
         # 4. the plan as it is, beside the holder when the placement says so.
         serving = canary.canary_argv(plan, models["target"], models["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
         summary["serves"] = run("serves", out, serving, env, args.sglang_version, keys, args.budget)
+        # the quantized path as SGLang logged it (method, GEMM and MoE runners)
+        log = (out / "serves" / "canary.log").read_text(errors="replace").splitlines()
+        summary["quantized_path_lines"] = [line for line in log if QUANT_LINE.search(line)][:40]
+        left = args.deadline - (time.monotonic() - t0)
+        if args.draft_mismatch and left > 120:
+            # 5. a draft made for another target (Llama-3.1-8B's EAGLE-3) with the Kimi-shaped target
+            other = tiny_models.ensure(
+                work / "models-mismatch",
+                ROOT / "tests/data/models/kimi-k2.5-nvfp4",
+                ROOT / "tests/data/models/llama-3.1-8b-eagle3",
+                ROOT / "files/tokenizer",
+                tp_size=1,
+            )
+            mismatch = canary.canary_argv(plan, other["target"], other["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
+            summary["draft-mismatch"] = run("draft-mismatch", out, mismatch, env, args.sglang_version, keys, min(args.budget, left - 20))
         left = args.deadline - (time.monotonic() - t0)
         if not summary["serves"]["ok"] and left < args.budget:
             summary["serves-bf16kv"] = f"skipped: {left:.0f} s left of --deadline"

@@ -71,14 +71,272 @@ def deepgemm_on_for_sm120(version: str) -> bool:
     return "sm_version == 120" not in text and "sm_version in (120, 121)" not in text
 
 
+def function(text: str, name: str, where: str) -> ast.FunctionDef:
+    """The module-level function `name` in `text` (ProbeError when it is missing)."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise ProbeError(f"{where}: no function {name}")
+
+
+def method_node(text: str, cls: str, name: str, where: str) -> ast.FunctionDef:
+    """The ast node of method `name` of class `cls` in `text` (ProbeError when either is missing)."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+            raise ProbeError(f"{where}: class {cls} has no method {name}")
+    raise ProbeError(f"{where}: no class {cls}")
+
+
+def statements(node: ast.FunctionDef) -> list[ast.stmt]:
+    """The body of a function without its docstring."""
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def raises_with(node: ast.AST, words: str) -> bool:
+    """Whether `node` holds a raise whose source contains `words`."""
+    return any(isinstance(n, ast.Raise) and words in ast.unparse(n) for n in ast.walk(node))
+
+
+def capability_majors(version: str, name: str) -> list[int]:
+    """The device_capability_majors that utils/common.py gives `name` (is_blackwell_supported = partial(..., majors))."""
+    text = source(version, "srt/utils/common.py")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            for call in ast.walk(node.value):
+                for keyword in getattr(call, "keywords", []):
+                    if keyword.arg == "device_capability_majors":
+                        return list(ast.literal_eval(keyword.value))
+    raise ProbeError(f"SGLang {version} srt/utils/common.py: no {name} with device_capability_majors")
+
+
+def trtllm_mla_admits_sm120(version: str) -> bool:
+    """Affected: the only capability check on --attention-backend/--decode-attention-backend trtllm_mla
+    (ServerArgs, from 0.5.15 arg_groups/overrides.py) rejects what is not is_blackwell_supported, whose
+    majors include 12: SGLang lets it through and FlashInfer's kernel fails at the first MLA prefill."""
+    message = "TRTLLM MLA backend is only supported on Blackwell"
+    for relative in ("srt/server_args.py", "srt/arg_groups/overrides.py"):
+        path = CACHE / "sglang" / version / "sglang" / relative
+        if not path.is_file() or message not in path.read_text(encoding="utf-8"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guards = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.If) and any(isinstance(s, ast.Raise) and message in ast.unparse(s) for s in n.body)
+        ]
+        tests = {ast.unparse(n.test) for n in guards}
+        if not tests <= {"not is_blackwell_supported()", "not is_blackwell()", "not get_platform().is_blackwell"} or not tests:
+            raise ProbeError(f"SGLang {version} {relative}: the trtllm_mla guard reads {tests}")
+        return 12 in capability_majors(version, "is_blackwell_supported")
+    raise ProbeError(f"SGLang {version}: no trtllm_mla capability guard in server_args.py or arg_groups/overrides.py")
+
+
+def fa3_rejects_sm120(version: str) -> bool:
+    """Affected: create_flashattention_v3_backend (attention_registry.py) asserts major 8 (non-MLA) or
+    9 when the backend is created, which capability 12 fails."""
+    where = f"SGLang {version} srt/layers/attention/attention_registry.py"
+    create = function(source(version, "srt/layers/attention/attention_registry.py"), "create_flashattention_v3_backend", where)
+    asserts = [ast.unparse(n.test) for n in ast.walk(create) if isinstance(n, ast.Assert) and "SM>=80 and SM<=90" in ast.unparse(n)]
+    if not asserts:
+        raise ProbeError(f"{where}: create_flashattention_v3_backend asserts no SM80/SM90")
+    return all("== 9" in test and "12" not in test for test in asserts)
+
+
+def draft_inherits_target_backend(version: str) -> bool:
+    """Affected: DraftBackendFactory._create_backend (speculative/draft_utils.py) gives the draft the
+    target's attention backend unless --speculative-draft-attention-backend is set, whatever the draft's
+    attention is (nothing reads whether the draft is MLA)."""
+    where = f"SGLang {version} srt/speculative/draft_utils.py"
+    create = method(source(version, "srt/speculative/draft_utils.py"), "DraftBackendFactory", "_create_backend", where)
+    if "self.draft_attn_backend" not in create:
+        raise ProbeError(f"{where}: _create_backend no longer reads the draft's own backend")
+    inherits = "self.server_args.attention_backend" in create or "attention_backends()" in create
+    return inherits and "mla" not in create.lower()
+
+
+def fusion_flag_becomes_backend(version: str) -> bool:
+    """Whether --enable-flashinfer-allreduce-fusion (deprecated from 0.5.14) is turned into
+    flashinfer_allreduce_fusion_backend = "auto" (server_args.py, from 0.5.18 arg_groups/serving_hook.py)."""
+    for relative in ("srt/server_args.py", "srt/arg_groups/serving_hook.py"):
+        path = CACHE / "sglang" / version / "sglang" / relative
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.If):
+                test, body = ast.unparse(node.test), "\n".join(ast.unparse(n) for n in node.body)
+                reads_flag = "enable_flashinfer_allreduce_fusion" in test and "flashinfer_allreduce_fusion_backend is None" in test
+                if reads_flag and "flashinfer_allreduce_fusion_backend" in body and "'auto'" in body:
+                    return True
+    return False
+
+
+def allreduce_fusion_raises(version: str) -> bool:
+    """Affected: the flag becomes the "auto" fusion backend, and the workspace set-up before CUDA graph
+    capture (ensure_workspace_initialized) resolves it through _resolve_backend, which raises
+    "requires SM90 or SM10X" first thing off SM90/SM100 (layers/flashinfer_comm_fusion.py)."""
+    if not fusion_flag_becomes_backend(version):
+        return False
+    where = f"SGLang {version} srt/layers/flashinfer_comm_fusion.py"
+    text = source(version, "srt/layers/flashinfer_comm_fusion.py")
+    first = statements(function(text, "_resolve_backend", where))[0]
+    test = ast.unparse(first.test) if isinstance(first, ast.If) else ""
+    if not (test.startswith("not (") and "sm90" in test and "sm100" in test and raises_with(first, "requires SM90 or SM10X")):
+        raise ProbeError(f"{where}: _resolve_backend does not start with the SM90/SM10X check")
+    ensure = ast.unparse(function(text, "ensure_workspace_initialized", where))
+    warmup = source(version, "srt/model_executor/runner/base_runner.py")
+    return "resolve_flashinfer_allreduce_fusion_backend(" in ensure and "pre_initialize_workspaces(" in warmup
+
+
+def allreduce_fusion_noop(version: str) -> bool:
+    """Affected: the flag is read only by communicator.py apply_flashinfer_allreduce_fusion, which
+    is gated to SM90/SM100, so on capability 12 it is accepted and ignored (until 0.5.13)."""
+    if fusion_flag_becomes_backend(version):
+        return False
+    where = f"SGLang {version} srt/layers/communicator.py"
+    gate = ast.unparse(function(source(version, "srt/layers/communicator.py"), "apply_flashinfer_allreduce_fusion", where))
+    if "enable_flashinfer_allreduce_fusion" not in gate:
+        raise ProbeError(f"{where}: apply_flashinfer_allreduce_fusion does not read the flag")
+    return "(_is_sm90_supported or _is_sm100_supported)" in gate and "sm120" not in gate
+
+
+def symm_mem_table_majors(version: str) -> set[int]:
+    """The capability majors of TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (device_communicators/all_reduce_utils.py)."""
+    text = source(version, "srt/distributed/device_communicators/all_reduce_utils.py")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES" for t in node.targets
+        ):
+            if not isinstance(node.value, ast.Dict):
+                break
+            return {ast.literal_eval(key) for key in node.value.keys if key is not None}
+    raise ProbeError(f"SGLang {version} all_reduce_utils.py: no TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES table")
+
+
+def symm_mem_init(version: str) -> ast.FunctionDef:
+    where = f"SGLang {version} srt/distributed/device_communicators/torch_symm_mem.py"
+    return method_node(
+        source(version, "srt/distributed/device_communicators/torch_symm_mem.py"), "TorchSymmMemCommunicator", "__init__", where
+    )
+
+
+def torch_symm_mem_keyerror(version: str) -> bool:
+    """Affected: TorchSymmMemCommunicator.__init__ indexes TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[capability
+    major] with [] (from 0.5.14 .get(), None -> "not supported"), and the table has no key 12."""
+    init = symm_mem_init(version)
+    lookups = [
+        ast.unparse(n)
+        for n in ast.walk(init)
+        if "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES" in ast.unparse(n) and "device_capability" in ast.unparse(n)
+    ]
+    subscript = any(
+        isinstance(n, ast.Subscript) and ast.unparse(n) == "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]"
+        for n in ast.walk(init)
+    )
+    if not lookups:
+        raise ProbeError(f"SGLang {version} TorchSymmMemCommunicator.__init__ no longer looks the capability up in its size table")
+    return subscript and 12 not in symm_mem_table_majors(version)
+
+
+def torch_symm_mem_inactive(version: str) -> bool:
+    """Affected: on capability 12 the communicator never turns on, through the size table (no key 12:
+    KeyError to 0.5.13, "Device capability 12 not supported" from 0.5.14) or, were 12 there, through
+    __init__ disabling itself when the rendezvous has no multicast (multicast_ptr == 0: no NVSwitch)."""
+    init = ast.unparse(symm_mem_init(version))
+    if "multicast_ptr == 0" not in init:
+        raise ProbeError(f"SGLang {version} TorchSymmMemCommunicator.__init__ no longer checks multicast_ptr")
+    return 12 not in symm_mem_table_majors(version) or "self.disabled = True" in init
+
+
+def custom_all_reduce_v2_crashes_on_pcie(version: str) -> bool:
+    """Affected: dispatch_custom_allreduce (custom_all_reduce.py) returns CustomAllReduceV2 with no NVLink
+    check (from 0.5.13 can_use_custom_all_reduce_v2 falls back to v1), its __init__ returns disabled
+    before creating self.obj when not full NVLink, and its capture() (entered at CUDA graph capture)
+    calls self.obj without first returning for a disabled instance (that guard is in from 0.5.12)."""
+    where = f"SGLang {version} srt/distributed/device_communicators/custom_all_reduce.py"
+    dispatch = ast.unparse(
+        function(source(version, "srt/distributed/device_communicators/custom_all_reduce.py"), "dispatch_custom_allreduce", where)
+    )
+    if "CustomAllReduceV2" not in dispatch:
+        return False
+    if "can_use_custom_all_reduce_v2" in dispatch:
+        return False
+    v2 = source(version, "srt/distributed/device_communicators/custom_all_reduce_v2.py")
+    where = f"SGLang {version} custom_all_reduce_v2.py"
+    init = ast.unparse(method_node(v2, "CustomAllReduceV2", "__init__", where))
+    if "full_nvlink" not in init or "self.disabled = True" not in init:
+        raise ProbeError(f"{where}: CustomAllReduceV2.__init__ no longer disables itself without full NVLink")
+    capture = method_node(v2, "CustomAllReduceV2", "capture", where)
+    first = statements(capture)[0]
+    returns_when_disabled = isinstance(first, ast.If) and ast.unparse(first.test) == "self.disabled"
+    return "self.obj.set_cuda_graph_capture" in ast.unparse(capture) and not returns_when_disabled
+
+
+def pcie_ipc_allreduce_read(version: str) -> bool:
+    """Affected: the release reads SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (environ.py) and builds FlashInfer's
+    PcieIpcAllReduceWorkspace for it (device_communicators/pcie_ipc_ar.py); before 0.5.21 the variable is
+    read nowhere."""
+    if "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in source(version, "srt/environ.py"):
+        return False
+    where = f"SGLANG {version} srt/distributed/device_communicators/pcie_ipc_ar.py"
+    text = source(version, "srt/distributed/device_communicators/pcie_ipc_ar.py")
+    eligible = ast.unparse(function(text, "eligible_group", where))
+    return "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in eligible and "PcieIpcAllReduceWorkspace" in text
+
+
+def modelopt_read_as_fp8(version: str) -> bool:
+    """Affected: ModelConfig._parse_quant_hf_config keeps config.json's quant_method "modelopt" as written
+    (no quant_algo lookup for it) and the method table maps "modelopt" to ModelOptFp8Config."""
+    where = f"SGLang {version} srt/configs/model_config.py"
+    parse = method(source(version, "srt/configs/model_config.py"), "ModelConfig", "_parse_quant_hf_config", where)
+    table = source(version, "srt/layers/quantization/__init__.py")
+    if '"modelopt": ModelOptFp8Config' not in table:
+        raise ProbeError(f"SGLang {version} srt/layers/quantization/__init__.py no longer maps modelopt to ModelOptFp8Config")
+    return '== "modelopt"' not in parse
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
+    "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
     "nvfp4-moe-runner-auto-is-trtllm-on-sm120": nvfp4_moe_auto_is_trtllm,
     "deepgemm-on-sm120": deepgemm_on_for_sm120,
+    "trtllm-mla-on-sm120": trtllm_mla_admits_sm120,
+    "fa3-on-sm120": fa3_rejects_sm120,
+    "draft-inherits-mla-only-backend": draft_inherits_target_backend,
+    "allreduce-fusion-noop-on-sm120": allreduce_fusion_noop,
+    "allreduce-fusion-raises-on-sm120": allreduce_fusion_raises,
+    "torch-symm-mem-keyerror-on-sm120": torch_symm_mem_keyerror,
+    "torch-symm-mem-inactive-on-pcie": torch_symm_mem_inactive,
+    "jit-all-reduce-on-pcie": custom_all_reduce_v2_crashes_on_pcie,
+    "pcie-ipc-allreduce-kernels": pcie_ipc_allreduce_read,
 }
 
 # entry id -> why its range is not read from SGLang's source
-NOT_FROM_SOURCE: dict[str, str] = {}
+NOT_FROM_SOURCE: dict[str, str] = {
+    "cutlass-mla-flashmla-on-sm120": (
+        "no release has a capability check on cutlass_mla or flashmla (attention_registry.py creates them as asked; cutlass_mla "
+        "is gone from the choices from 0.5.20), so whether they run on SM120 is decided by the kernel package's build targets"
+    ),
+    "flashinfer-trtllm-moe-fp4-on-sm120": (
+        "no release checks the capability for --moe-runner-backend/--fp4-gemm-backend flashinfer_trtllm; the "
+        "NotImplementedError off SM100 comes from FlashInfer's trtllm-gen kernels, so the bundled FlashInfer decides"
+    ),
+    "fp8-kv-from-checkpoint": (
+        "the silent FP8 switch is in every release (configure_kv_cache_dtype: model_runner.py to 0.5.15, "
+        "mem_cache/kv_cache_dtype.py from 0.5.16); the attention backend then failing on SM120 was observed on 0.5.9, "
+        "which the kernels decide, not SGLang's Python"
+    ),
+    "fp8-kv-from-checkpoint-later": (
+        "the silent FP8 switch is in every release (configure_kv_cache_dtype: model_runner.py to 0.5.15, "
+        "mem_cache/kv_cache_dtype.py from 0.5.16); the split from fp8-kv-from-checkpoint at 0.5.10 is where the "
+        "failure is observed, not a change in the source"
+    ),
+}
 
 
 def in_range(entry_id: str, version: str) -> bool:

@@ -166,3 +166,44 @@ def test_no_key_in_the_canary_captures() -> None:
     for path in CANARY.rglob("*"):
         if path.is_file():
             assert not re.search(r"proof-[0-9a-f]{24}", path.read_text(errors="replace")), path
+
+
+# --- 0.5.13-h200-nvfp4-canary/: the canary's NVFP4 tiny target on the real H200 -----------------------
+
+NVFP4 = ROOT / "tests/data/real-server/0.5.13-h200-nvfp4-canary"
+
+
+def test_the_real_sglang_loaded_the_tiny_nvfp4_target_through_its_nvfp4_path() -> None:
+    """The generated ModelOpt NVFP4 checkpoint (module_utils/sglang_sm120/serve/tiny_models.py) is what a
+    real SGLang 0.5.13 takes for an NVFP4 export: its ModelOpt loader, quant modelopt_fp4 / NVFP4, and the
+    FP8 KV cache the checkpoint's kv_cache_scheme asks for under --kv-cache-dtype auto."""
+    log = (NVFP4 / "serves-canary.log").read_text()
+    assert "Using ModelOptModelLoader due to ModelOpt quantization config." in log
+    assert "Detected nvfp4 checkpoint." in log
+    assert re.search(r"Load weight end\. .*type=DeepseekV3ForCausalLM, quant=modelopt_fp4, quant_algo=NVFP4", log)
+    assert "KV Cache is allocated. dtype: torch.float8_e4m3fn" in log
+    summary = json.loads((NVFP4 / "summary.json").read_text())
+    generated = [d for d in summary["models"]["differences"] if d.startswith("quantization: generated as the real model's NVFP4")]
+    assert len(generated) == 1, summary["models"]["differences"]
+    assert "kv_cache_dtype" not in summary["models"]["launch_hints"]
+
+
+def test_the_nvfp4_canary_on_hopper_spent_its_budget_compiling_marlin() -> None:
+    """On SM90 SGLang 0.5.13 runs NVFP4 through Marlin, whose kernels it JIT-compiles (tvm-ffi cache) on
+    the first start: the canary's 520 s went on nvcc (cicc, ptxas for sm_90) while the log stood at the
+    CUDA-graph capture, and the canary stopped the server at its budget with the port never open."""
+    result = json.loads((NVFP4 / "serves-result.json").read_text())
+    assert (result["ok"], result["phase"], result["stopped"], result["port_open_at"]) == (False, "port closed", "SIGTERM", None)
+    assert result["seconds"] >= 500
+    log = (NVFP4 / "serves-canary.log").read_text().splitlines()
+    assert [line for line in log if "Capture cuda graph end" in line] == []
+    samples = (NVFP4 / "ps-samples.txt").read_text()
+    assert "sgl_kernel_jit_gptq_marlin_repack" in samples
+    compiling = [line for line in samples.splitlines() if re.search(r"nvvm/bin/cicc .*tvm-ffi/sgl_kern|ptxas -arch sm_90", line)]
+    assert len(compiling) >= 10, compiling  # sampled every 20 s: minutes of compiling
+
+
+def test_no_key_in_the_nvfp4_canary_captures() -> None:
+    for path in NVFP4.rglob("*"):
+        if path.is_file():
+            assert not re.search(r"proof-[0-9a-f]{24}", path.read_text(errors="replace")), path

@@ -51,13 +51,16 @@ REMOTE_CODE_STANDIN = (
 def eagle3_recipe(model: Path, draft: Path, tree: Path = TREE) -> list[str]:
     """Upstream's Kimi-K2.5 EAGLE-3 recipe with --tp-size 8: the eagle3 profile of
     inventory/production/group_vars/all/service.yml as the toolkit renders it for that release
-    (render_profile, stack_sglang_version = the tree's), paths pointed at the fixtures, without the two
-    flags the toolkit adds to it: --kv-cache-dtype and --moe-runner-backend (the start gate refuses the
-    recipe without them: tests/test_start_failures.py, tests/test_launch_plan.py, tests/test_sglang_flags_cli.py)."""
+    (render_profile, stack_sglang_version = the tree's), paths pointed at the fixtures, without the flags
+    the toolkit adds to it: --kv-cache-dtype, --moe-runner-backend, --quantization and
+    --speculative-draft-model-quantization (the start gate refuses the recipe without them:
+    tests/test_start_failures.py, tests/test_launch_plan.py, tests/test_sglang_flags_cli.py)."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
     eagle3 = service["sglang_profiles"]["eagle3"]
     assert eagle3.pop("kv-cache-dtype") == "bfloat16"
     assert eagle3.pop("moe-runner-backend") == "{{ stack_moe_runner_backend }}"
+    assert eagle3.pop("quantization") == "{{ stack_quantization }}"
+    assert eagle3.pop("speculative-draft-model-quantization") == "unquant"
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     variables = {
         **stack,

@@ -58,6 +58,8 @@ SPEC_3_1_16 = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", 
 SPEC_2_4_8 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
 TOPK4 = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"]
 BF16 = ["--kv-cache-dtype", "bfloat16"]  # explicit, so the checkpoint's FP8 KV hint (catalogue row 6) stays out of the way
+# explicit on 0.5.9, so the checkpoint's config.json quant_method modelopt is not read as ModelOpt FP8 (catalogue)
+QUANT = ["--quantization", "modelopt_fp4"]
 # explicit on 0.5.23, so the NVFP4 checkpoint's auto MoE runner (flashinfer_trtllm after the load) stays out of the way
 CUTLASS_MOE = ["--moe-runner-backend", "flashinfer_cutlass"]
 ENTRIES = [e.id for e in load_catalogue()]
@@ -125,7 +127,7 @@ def host8() -> HostFacts:
 @pytest.fixture(scope="module")
 def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateReport]:
     """Every flag set through the gate in one runtime process, --gpu-cc 12.0 on the host facts' GPUs."""
-    base = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", *BF16]
+    base = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", *BF16, *QUANT]
     eagle3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
     recipe = eagle3_recipe(Path("/data/Kimi-K2.5-NVFP4"), Path("/data/eagle3/output_100k_sglang/4"))
     sets = {
@@ -137,6 +139,8 @@ def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateRepor
         "nextn": [*base, "--speculative-algorithm", "NEXTN", *SPEC_2_4_8, "--attention-backend", "flashinfer"],
         "recipe": recipe,
         "recipe-bf16": [*recipe, *BF16],
+        # the toolkit's eagle3 profile for 0.5.9 (inventory/production: stack_quantization, the draft unquantized)
+        "recipe-toolkit": [*recipe, *BF16, *QUANT, "--speculative-draft-model-quantization", "unquant"],
     }
     flag_sets = [FlagSet(argv, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
     # DeepSeek MTP without a draft path: SGLang fills it in with the model's own.
@@ -152,7 +156,7 @@ def entry(report: GateReport, entry_id: str) -> Any:
 
 @needs_runtime
 def test_sglangs_own_check_ran_in_the_releases_runtime(gate: dict[str, GateReport]) -> None:
-    report = gate["recipe-bf16"]
+    report = gate["recipe-toolkit"]
     assert report.complete and report.python == str(PYTHON)
     assert report.python_reason == "the runtime environment `make sglang-runtime` builds for SGLang 0.5.9; no --python given"
     assert report.device == {
@@ -248,14 +252,17 @@ def test_deepseek_mtp_without_a_draft_path_is_accepted(gate: dict[str, GateRepor
 
 @needs_runtime
 def test_upstream_kimi_eagle3_recipe_on_the_kimi_fixtures(gate: dict[str, GateReport]) -> None:
-    """SGLang 0.5.9 accepts upstream's recipe and rewrites nothing. The catalogue refuses it once:
+    """SGLang 0.5.9 accepts upstream's recipe and rewrites nothing. The catalogue refuses it twice:
     SGLang resolves --kv-cache-dtype to auto, and 0.5.9's ModelRunner.configure_kv_cache_dtype (run
     after the load, not in ServerArgs) then takes FP8 from the checkpoint's kv_cache_scheme (domain
-    notes row 6). With --kv-cache-dtype given the recipe is accepted with nothing to warn about."""
+    notes row 6); and without --quantization SGLang reads config.json's quant_method modelopt as
+    ModelOpt FP8 and stops at the model load. With the toolkit's profile (--kv-cache-dtype,
+    --quantization modelopt_fp4, the draft unquantized) it is accepted with nothing to warn about."""
     report = gate["recipe"]
     assert report.server_args is not None and report.server_args["verdict"] == "ok" and report.server_args["rewritten"] == []
     assert report.flags.ok and not report.ok
-    assert [v.id for v in report.refused_entries] == ["fp8-kv-from-checkpoint"]
+    assert [v.id for v in report.refused_entries] == ["modelopt-nvfp4-read-as-fp8", "fp8-kv-from-checkpoint"]
+    assert "--quantization not set" in entry(report, "modelopt-nvfp4-read-as-fp8").evidence
     assert "--kv-cache-dtype auto (not given: the value SGLang resolved)" in entry(report, "fp8-kv-from-checkpoint").evidence
     # The memory entry reads SGLang's own fraction (0.752 for this multimodal model with a draft),
     # not the approximation from its params (0.874).
@@ -263,10 +270,12 @@ def test_upstream_kimi_eagle3_recipe_on_the_kimi_fixtures(gate: dict[str, GateRe
     assert memory.verdict == "ok"
     assert "static memory = --mem-fraction-static 0.7524 (not given: the value SGLang resolved) x 97887 MiB" in memory.text()
     assert "= 71.9 GiB; 3.1 GiB left for the KV cache" in memory.text()
-    explicit = gate["recipe-bf16"]
+    assert [v.id for v in gate["recipe-bf16"].refused_entries] == ["modelopt-nvfp4-read-as-fp8"]
+    explicit = gate["recipe-toolkit"]
     assert explicit.ok and explicit.flags.warnings == [] and explicit.flags.errors == []
     assert [v.id for v in explicit.verdicts if v.verdict in ("refused", "warning")] == []
     assert not any(c.startswith("--attention-backend") for c in explicit.chosen)  # given, so not SGLang's choice
+    assert explicit.server_args is not None and explicit.server_args["resolved"]["quantization"] == "modelopt_fp4"
 
 
 @needs_runtime
@@ -275,7 +284,7 @@ def test_cli_complete_json_lists_every_entry_and_sglangs_verdict(kimi: Path) -> 
     the hardware rule and the catalogue say so)."""
     out = run(
         "--sglang", TREE, "--model-class", KIMI, "--gpu-cc", "12.0", "--json", "--model", kimi, "--draft-model", DRAFT,
-        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, "--enable-flashinfer-allreduce-fusion",
+        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, *QUANT, "--enable-flashinfer-allreduce-fusion",
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
@@ -295,7 +304,9 @@ def test_cli_complete_json_lists_every_entry_and_sglangs_verdict(kimi: Path) -> 
 @needs_runtime
 def test_cli_wheel_abbreviation_and_topk_tree_refused(kimi: Path) -> None:
     """A wheel (unpacked once into the cache) under --python; SGLang's argparse expands --tp, the toolkit refuses it."""
-    out = run("--sglang", WHEEL_059, "--model-class", KIMI, "--python", PYTHON, "--model", kimi, "--", *EAGLE, *TOPK4, *BF16, "--tp", "8")
+    out = run(
+        "--sglang", WHEEL_059, "--model-class", KIMI, "--python", PYTHON, "--model", kimi, "--", *EAGLE, *TOPK4, *BF16, *QUANT, "--tp", "8"
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[1] == f"python: {PYTHON} (given with --python)"
@@ -600,7 +611,7 @@ def test_the_same_check_again_reads_sglangs_verdict_back_without_importing_it(ki
     """SGLang's accepted verdict is kept under the cache (flag-gate/verdicts), keyed by every input;
     a changed input (here the environment) is checked again."""
     args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT]
-    argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16]
+    argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
     first = run(*args, *argv, env=env)
     again = run(*args, *argv, env=env)
@@ -624,8 +635,8 @@ def test_the_warm_checker_keeps_sglang_imported_for_the_next_checks(kimi: Path, 
     user can reach); the next check, with other flags, is answered by the same process."""
     args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT, "--warm", "120"]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
-    first = run(*args, "--", *EAGLE, *RECIPE, *BF16, env=env)
-    second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, env=env)
+    first = run(*args, "--", *EAGLE, *RECIPE, *BF16, *QUANT, env=env)
+    second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, env=env)
     pids = [re.search(r"by the warm checker pid (\d+) \(", out.stdout) for out in (first, second)]
     try:
         assert first.returncode == 0 and second.returncode == 0, first.stdout + first.stderr + second.stdout + second.stderr

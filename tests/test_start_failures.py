@@ -124,7 +124,7 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
         "trtllm-mla-on-sm120": {
             "hit": (dict(argv=["--decode-attention-backend=trtllm_mla"]), "refused"),
             "miss": (dict(argv=["--decode-attention-backend=trtllm_mla"], capability="10.0"), "ok"),
-            "outside": dict(argv=["--decode-attention-backend=trtllm_mla"], version="0.5.24"),
+            "outside": dict(argv=["--decode-attention-backend=trtllm_mla"], version="0.5.8"),
         },
         "fa3-on-sm120": {
             "hit": (dict(argv=["--mm-attention-backend", "fa3"], version="0.5.23"), "refused"),
@@ -155,6 +155,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.16"), "ok"),
             "outside": dict(model=model, version="0.5.15"),
         },
+        "modelopt-nvfp4-read-as-fp8": {
+            "hit": (dict(model=model), "refused"),
+            "miss": (dict(argv=["--quantization", "modelopt_fp4"], model=model), "ok"),
+            "outside": dict(model=model, version="0.5.10"),
+        },
         "fp8-kv-from-checkpoint": {
             "hit": (dict(model=model), "refused"),
             "miss": (dict(argv=["--kv-cache-dtype", "bf16"], model=model), "ok"),
@@ -179,20 +184,12 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
         "jit-all-reduce-on-pcie": {
             "hit": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.11"), "refused"),
             "miss": (dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, host=host8, version="0.5.11"), "ok"),
-            "outside": dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.15"),
-        },
-        "jit-all-reduce-on-pcie-unguarded": {
-            "hit": (dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host8, version="0.5.13"), "warning"),
-            "miss": (
-                dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host_with(host8, pcie_only=False), version="0.5.13"),
-                "ok",
-            ),
-            "outside": dict(env={"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "true"}, host=host8, version="0.5.11"),
+            "outside": dict(env={"SGLANG_USE_JIT_ALL_REDUCE": "1"}, host=host8, version="0.5.12"),
         },
         "pcie-ipc-allreduce-kernels": {
             "hit": (dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.23"), "warning"),
             "miss": (dict(version="0.5.23"), "ok"),
-            "outside": dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.21"),
+            "outside": dict(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, version="0.5.20"),
         },
         "nccl-p2p-acs-redirect": {
             "hit": (dict(argv=["--tp-size", "8"], host=host_with(host8, acs_redirect=True)), "refused"),
@@ -258,12 +255,12 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
         "allreduce-fusion-noop-on-sm120": {
             "hit": (dict(argv=["--enable-flashinfer-allreduce-fusion"]), "warning"),
             "miss": (dict(argv=["--enable-flashinfer-allreduce-fusion"], planned_patches=["flashinfer_allreduce_fusion_sm120"]), "ok"),
-            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23"),
+            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.14"),
         },
         "allreduce-fusion-raises-on-sm120": {
-            "hit": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23"), "refused"),
-            "miss": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.23", capability="9.0"), "ok"),
-            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.22"),
+            "hit": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.14"), "refused"),
+            "miss": (dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.14", capability="9.0"), "ok"),
+            "outside": dict(argv=["--enable-flashinfer-allreduce-fusion"], version="0.5.13"),
         },
         "torch-symm-mem-keyerror-on-sm120": {
             "hit": (dict(argv=["--enable-torch-symm-mem"], version="0.5.13"), "refused"),
@@ -378,17 +375,21 @@ def test_memory_arithmetic_names_every_number(aliases: dict[str, str], kimi: Pat
 # --- the upstream recipe ------------------------------------------------------------------------
 
 
+# What the toolkit's eagle3 profile adds to upstream's recipe (#19689).
+TOOLKIT_ADDITIONS = ("kv-cache-dtype", "moe-runner-backend", "quantization", "speculative-draft-model-quantization")
+
+
 def recipe_argv(version: str) -> list[str]:
     """Upstream's recipe: the eagle3 profile of inventory/production/group_vars/all/service.yml as the
-    toolkit renders it for `version`, as a command line, without the two flags the toolkit adds to it
-    (--kv-cache-dtype bfloat16, and --moe-runner-backend where stack.yml sets it), which
-    test_upstream_recipe_with_kimi_fixtures puts back."""
+    toolkit renders it for `version`, as a command line, without the flags the toolkit adds to it
+    (TOOLKIT_ADDITIONS: --kv-cache-dtype bfloat16, --quantization modelopt_fp4 with the draft unquantized,
+    and --moe-runner-backend where stack.yml sets it), which test_upstream_recipe_with_kimi_fixtures puts back."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     variables = {**stack, "stack_sglang_version": version, "stack_model_path": "/data/kimi", "stack_draft_model_path": "/data/eagle3"}
     profile = render_profile(service["sglang_profiles"]["eagle3"], variables)
-    assert profile.pop("kv-cache-dtype") == "bfloat16"
-    profile.pop("moe-runner-backend")
+    for name in TOOLKIT_ADDITIONS:
+        profile.pop(name)
     argv: list[str] = []
     for name, value in profile.items():
         argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
@@ -400,18 +401,17 @@ def toolkit_additions(version: str) -> list[str]:
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     profile = render_profile(service["sglang_profiles"]["eagle3"], {**stack, "stack_sglang_version": version})
-    return [
-        item for name in ("kv-cache-dtype", "moe-runner-backend") if profile[name] is not None for item in (f"--{name}", str(profile[name]))
-    ]
+    return [item for name in TOOLKIT_ADDITIONS if profile[name] is not None for item in (f"--{name}", str(profile[name]))]
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.15.post1", "0.5.16", "0.5.23"])
 def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: HostFacts) -> None:
-    """Upstream's recipe on the Kimi-shaped model, draft and host: refused for the checkpoint's FP8 KV
-    hint on 0.5.9 (domain notes row 6: --kv-cache-dtype auto takes FP8 from the checkpoint) and for
-    the NVFP4 MoE runner left on auto from 0.5.16 (auto becomes flashinfer_trtllm after the load);
-    with the toolkit's additions for that release (an explicit --kv-cache-dtype, and
-    --moe-runner-backend flashinfer_cutlass from 0.5.16 only) nothing refuses or warns."""
+    """Upstream's recipe on the Kimi-shaped model, draft and host: refused on 0.5.9 for the checkpoint's
+    FP8 KV hint (domain notes row 6: --kv-cache-dtype auto takes FP8 from the checkpoint) and for its
+    config.json's quant_method modelopt (read as ModelOpt FP8), and from 0.5.16 for the NVFP4 MoE runner
+    left on auto (flashinfer_trtllm after the load); with the toolkit's additions for that release
+    (--kv-cache-dtype, --quantization modelopt_fp4 with the draft unquantized, and --moe-runner-backend
+    flashinfer_cutlass from 0.5.16 only) nothing refuses or warns."""
     sglang = tree(version)
     aliases = {name: flag.name for name, flag in _lookup(release_flag_table(sglang)).items()}
     argv = recipe_argv(version)
@@ -427,9 +427,8 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     verdicts = {e.id: evaluate_entry(e, context(aliases, argv, **kw)) for e in ENTRIES.values()}
     refused = sorted(i for i, v in verdicts.items() if v.verdict == "refused")
     late = version_tuple(version) >= (0, 5, 16)
-    assert refused == (
-        ["fp8-kv-from-checkpoint"] if version == "0.5.9" else ["nvfp4-moe-runner-auto-is-trtllm-on-sm120"] if late else []
-    ), refused
+    first = ["fp8-kv-from-checkpoint", "modelopt-nvfp4-read-as-fp8"]
+    assert refused == (first if version == "0.5.9" else ["nvfp4-moe-runner-auto-is-trtllm-on-sm120"] if late else []), refused
     if late:
         moe = verdicts["nvfp4-moe-runner-auto-is-trtllm-on-sm120"]
         assert "--moe-runner-backend auto (SGLang's default, not given)" in moe.text() and "model quantization modelopt_fp4" in moe.text()
@@ -438,7 +437,7 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     assert verdicts["draft-architecture-unknown"].verdict == "ok"
     assert verdicts["topk-tree-flashinfer-mla"].verdict == "ok"
     additions = toolkit_additions(version)
-    assert ("--moe-runner-backend" in additions) == late, additions
+    assert ("--moe-runner-backend" in additions) == late and "--quantization" in additions, additions
     explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
     assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == []
 
@@ -649,8 +648,12 @@ def test_cli_refuses_and_says_why(kimi: Path) -> None:
     lines = out.stdout.splitlines()
     assert any(line.startswith("refused: [trtllm-mla-on-sm120]") and "sglang #24633" in line for line in lines), out.stdout
     assert any(line.startswith("refused: [fp8-kv-from-checkpoint]") for line in lines)
+    assert any(
+        line.startswith("refused: [modelopt-nvfp4-read-as-fp8]") and "quant_method modelopt" in line and "sglang #14285" in line
+        for line in lines
+    ), out.stdout
     assert any(line.startswith("unknown: [weights-exceed-static-memory]") and "no --host-facts given" in line for line in lines)
-    assert lines[-1] == "flags refused: 2 problem(s)"
+    assert lines[-1] == "flags refused: 3 problem(s)"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ weight loaders, on the CPU), keyed, and refusing what they do not know by name."
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -27,7 +28,10 @@ KIMI_DRAFT = MODELS / "kimi-k2.5-eagle3"
 LLAMA = MODELS / "llama-3.1-8b-instruct"
 LLAMA_DRAFT = MODELS / "llama-3.1-8b-eagle3"
 TOKENIZER = ROOT / "files" / "tokenizer"
-DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1}
+DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1, "U8": 1, "F8_E4M3": 1}
+# the real Kimi-K2.5-NVFP4 ignore list as the tiny text model names it (language_model.* -> model.*, vision/projector dropped)
+KIMI_TINY_IGNORE = ["lm_head", "model.layers.*.self_attn*", "model.layers.*.mlp.gate", "model.layers.0.mlp*"]
+NVFP4_SCALE_SUFFIXES = (".weight_scale", ".weight_scale_2", ".input_scale")
 
 # Shaped like Qwen2.5-7B-Instruct's and Qwen3-8B's config.json (public values; config only, inline
 # because only their shape matters here: bias on q/k/v for Qwen2, q_norm/k_norm for Qwen3).
@@ -83,10 +87,43 @@ def parse_safetensors(path: Path) -> dict[str, dict[str, Any]]:
     return header
 
 
+def tensor_payloads(path: Path, names: Any) -> dict[str, bytes]:
+    """The raw bytes of the named tensors (at their data_offsets after the header)."""
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length].decode("utf-8"))
+    base = 8 + length
+    return {name: data[base + header[name]["data_offsets"][0] : base + header[name]["data_offsets"][1]] for name in names}
+
+
+def kimi_variant(directory: Path, quantization_config: Any = None, hf_quant_config: Any = None) -> Path:
+    """A copy of the Kimi-K2.5 config.json with quantization_config replaced (None: removed), and hf_quant_config.json
+    written only when given."""
+    directory.mkdir(parents=True)
+    config = json.loads((KIMI / "config.json").read_text())
+    config.pop("quantization_config")
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    if hf_quant_config is not None:
+        (directory / "hf_quant_config.json").write_text(json.dumps(hf_quant_config, indent=2))
+    return directory
+
+
 @pytest.fixture(scope="module")
 def kimi(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The real Kimi-K2.5-NVFP4 config (ModelOpt NVFP4): the tiny target is NVFP4 too."""
     out = tmp_path_factory.mktemp("kimi") / "canary"
     return ensure(out, KIMI, KIMI_DRAFT, TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def kimi_bf16(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The Kimi-K2.5 config without quantization_config nor hf_quant_config.json: a bf16 tiny target."""
+    root = tmp_path_factory.mktemp("kimi-bf16")
+    source = kimi_variant(root / "source")
+    assert "quantization_config" not in json.loads((source / "config.json").read_text())
+    return ensure(root / "canary", source, KIMI_DRAFT, TOKENIZER)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +149,13 @@ def config_of(directory: str) -> dict[str, Any]:
 def test_kimi_target_and_draft_are_written(kimi: dict[str, Any]) -> None:
     assert kimi["changed"] is True
     target, draft = Path(kimi["target"]), Path(kimi["draft"])
-    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(p.name for p in target.iterdir()) == [
+        "config.json",
+        "hf_quant_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert sorted(p.name for p in draft.iterdir()) == ["config.json", "model.safetensors"]
     assert (target / "tokenizer.json").read_bytes() == (TOKENIZER / "tokenizer.json").read_bytes()
     target_tensors = parse_safetensors(target / "model.safetensors")
@@ -124,15 +167,24 @@ def test_kimi_target_and_draft_are_written(kimi: dict[str, Any]) -> None:
     manifest = read_manifest(kimi["dest"])
     assert manifest is not None and manifest["key"] == kimi["key"]
     assert manifest["sources"]["target"]["config_sha256"] == hashlib.sha256((KIMI / "config.json").read_bytes()).hexdigest()
+    assert (
+        manifest["sources"]["target"]["hf_quant_config_sha256"] == hashlib.sha256((KIMI / "hf_quant_config.json").read_bytes()).hexdigest()
+    )
     assert manifest["sources"]["draft"]["config_sha256"] == hashlib.sha256((KIMI_DRAFT / "config.json").read_bytes()).hexdigest()
     assert set(manifest["sources"]["tokenizer"]["files"]) == {"tokenizer.json", "tokenizer_config.json"}
+    assert sorted(manifest["files"]) == sorted(
+        [f"target/{p.name}" for p in target.iterdir()] + [f"draft/{p.name}" for p in draft.iterdir()]
+    )
     for rel, record in manifest["files"].items():
         assert hashlib.sha256((Path(kimi["dest"]) / rel).read_bytes()).hexdigest() == record["sha256"], rel
 
 
-def test_kimi_plan_keeps_architecture_attention_and_routing(kimi: dict[str, Any]) -> None:
+def test_kimi_plan_keeps_architecture_attention_and_routing(kimi_bf16: dict[str, Any]) -> None:
+    kimi = kimi_bf16
     real = json.loads((KIMI / "config.json").read_text())["text_config"]
     target, draft = config_of(kimi["target"]), config_of(kimi["draft"])
+    assert not (Path(kimi["target"]) / "hf_quant_config.json").exists()
+    assert kimi["plan"]["target"]["sizes"]["moe_intermediate_size"] == [real["moe_intermediate_size"], 32]
     assert target["architectures"] == ["DeepseekV3ForCausalLM"] and target["model_type"] == "deepseek_v3"
     assert "quantization_config" not in target and "auto_map" not in target
     # MLA per-head sizes and routing: the real ones
@@ -163,6 +215,8 @@ def test_kimi_plan_keeps_architecture_attention_and_routing(kimi: dict[str, Any]
     assert tensors["model.layers.1.mlp.gate.weight"]["shape"] == [384, 256]
     assert tensors["model.layers.1.mlp.gate.e_score_correction_bias"]["dtype"] == "F32"
     assert tensors["model.layers.4.mlp.experts.383.down_proj.weight"]["shape"] == [256, 32]
+    assert {entry["dtype"] for name, entry in tensors.items() if name.endswith(".weight")} == {"BF16"}
+    assert not [name for name in tensors if name.endswith(NVFP4_SCALE_SUFFIXES)]
     assert tensors["model.layers.2.self_attn.kv_a_proj_with_mqa.weight"]["shape"] == [512 + 64, 256]
     assert tensors["model.layers.2.self_attn.kv_b_proj.weight"]["shape"] == [8 * (128 + 128), 512]
     draft_tensors = parse_safetensors(Path(kimi["draft"]) / "model.safetensors")
@@ -175,15 +229,128 @@ def test_kimi_plan_keeps_architecture_attention_and_routing(kimi: dict[str, Any]
 # (e) -------------------------------------------------------------------------------------------
 
 
-def test_kimi_differences_name_what_is_not_generated(kimi: dict[str, Any]) -> None:
+def test_kimi_differences_name_the_generated_nvfp4(kimi: dict[str, Any]) -> None:
     text = "\n".join(kimi["differences"])
-    assert any(d.startswith("quantization:") and "NVFP4" in d and "modelopt" in d and "bf16" in d for d in kimi["differences"])
+    quantization = [d for d in kimi["differences"] if d.startswith("quantization:")]
+    assert len(quantization) == 1
+    assert quantization[0].startswith("quantization: generated as the real model's NVFP4 (modelopt, from config.json quantization_config")
+    assert "hf_quant_config.json" in quantization[0] and "not generated" not in quantization[0] and "bf16" not in quantization[0]
+    assert f"({', '.join(KIMI_TINY_IGNORE)})" in quantization[0]
+    assert "(lm_head, model.layers.*.self_attn*, model.layers.*.mlp.gate, model.layers.0.mlp*)" in quantization[0]
+    assert "per 16 inputs" in quantization[0] and "128 wide per rank" in quantization[0]
+    assert [d for d in kimi["differences"] if d.startswith("quantization ignore list:")] == [
+        "quantization ignore list: mm_projector*, vision_tower* left out (they name parts the tiny target does not have)"
+    ]
     assert any(d.startswith("vision tower: left out") for d in kimi["differences"])
     assert "KimiK25ForConditionalGeneration" in text and "EAGLE-3 delegation" in text
-    assert any(d.startswith("kv_cache_quant_algo:") and "FP8" in d for d in kimi["differences"])
+    # the tiny config keeps the real kv_cache_scheme, so no KV-cache hint and no KV difference
+    assert not [d for d in kimi["differences"] if d.startswith("kv_cache_quant_algo:")]
+    assert config_of(kimi["target"])["quantization_config"]["kv_cache_scheme"] == {"dynamic": False, "num_bits": 8, "type": "float"}
     assert "tokenizer:" in text and "kimi_k2" in text
-    assert kimi["launch_hints"] == {"kv_cache_dtype": "fp8_e4m3", "env": {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
+    assert kimi["launch_hints"] == {"env": {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
     assert read_manifest(kimi["dest"])["differences"] == kimi["differences"]
+
+
+def test_kimi_fp8_differences_name_what_is_not_generated(tmp_path: Path) -> None:
+    real = json.loads((KIMI / "config.json").read_text())["quantization_config"]
+    hf = json.loads((KIMI / "hf_quant_config.json").read_text())
+    hf["quantization"]["quant_algo"] = "FP8"
+    source = kimi_variant(tmp_path / "kimi-fp8", {**real, "quant_algo": "FP8"}, hf)
+    fp8 = ensure(tmp_path / "canary", source, KIMI_DRAFT, TOKENIZER)
+    text = "\n".join(fp8["differences"])
+    quantization = [d for d in fp8["differences"] if d.startswith("quantization")]
+    assert len(quantization) == 1
+    assert "FP8" in quantization[0] and "modelopt" in quantization[0] and "bf16" in quantization[0]
+    assert "is not generated (the generator writes ModelOpt NVFP4 only)" in quantization[0]
+    assert "from config.json quantization_config, hf_quant_config.json" in quantization[0]
+    assert any(d.startswith("vision tower: left out") for d in fp8["differences"])
+    assert "KimiK25ForConditionalGeneration" in text and "EAGLE-3 delegation" in text
+    assert any(d.startswith("kv_cache_quant_algo:") and "FP8" in d for d in fp8["differences"])
+    assert "tokenizer:" in text and "kimi_k2" in text
+    assert fp8["launch_hints"] == {"kv_cache_dtype": "fp8_e4m3", "env": {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
+    assert read_manifest(fp8["dest"])["differences"] == fp8["differences"]
+    # not generated: a bf16 target with no quantization config
+    target = Path(fp8["target"])
+    assert "quantization_config" not in config_of(fp8["target"]) and not (target / "hf_quant_config.json").exists()
+    assert config_of(fp8["target"])["moe_intermediate_size"] == 32
+    tensors = parse_safetensors(target / "model.safetensors")
+    assert {entry["dtype"] for name, entry in tensors.items() if name.endswith(".weight")} == {"BF16"}
+    assert not [name for name in tensors if name.endswith(NVFP4_SCALE_SUFFIXES)]
+
+
+def test_kimi_nvfp4_target_is_written_as_modelopt_exports_it(kimi: dict[str, Any], kimi_bf16: dict[str, Any]) -> None:
+    target = Path(kimi["target"])
+    config = config_of(kimi["target"])
+    expected_quant = copy.deepcopy(json.loads((KIMI / "config.json").read_text())["quantization_config"])
+    expected_quant["ignore"] = KIMI_TINY_IGNORE
+    assert config["quantization_config"] == expected_quant
+    expected_hf = json.loads((KIMI / "hf_quant_config.json").read_text())
+    expected_hf["quantization"]["exclude_modules"] = KIMI_TINY_IGNORE
+    assert json.loads((target / "hf_quant_config.json").read_text()) == expected_hf
+    assert config["moe_intermediate_size"] == 128 and kimi["plan"]["target"]["sizes"]["moe_intermediate_size"] == [2048, 128]
+    n_shared, layers, experts = config["n_shared_experts"], config["num_hidden_layers"], config["n_routed_experts"]
+    assert (n_shared, layers, experts) == (1, 5, 384)
+
+    path = target / "model.safetensors"
+    tensors = parse_safetensors(path)
+    assert len(tensors) == kimi["plan"]["target"]["tensors"]
+
+    def quantized(module: str, rows: int, cols: int) -> None:
+        assert tensors[f"{module}.weight"]["dtype"] == "U8" and tensors[f"{module}.weight"]["shape"] == [rows, cols // 2], module
+        assert tensors[f"{module}.weight_scale"]["dtype"] == "F8_E4M3", module
+        assert tensors[f"{module}.weight_scale"]["shape"] == [rows, cols // 16], module
+        for suffix in ("weight_scale_2", "input_scale"):
+            assert (tensors[f"{module}.{suffix}"]["dtype"], tensors[f"{module}.{suffix}"]["shape"]) == ("F32", []), f"{module}.{suffix}"
+
+    def unquantized(module: str, shape: list[int]) -> None:
+        assert (tensors[f"{module}.weight"]["dtype"], tensors[f"{module}.weight"]["shape"]) == ("BF16", shape), module
+        assert not [name for name in tensors if name.startswith(f"{module}.") and name.endswith(NVFP4_SCALE_SUFFIXES)], module
+
+    for layer in range(1, layers):
+        mlp = f"model.layers.{layer}.mlp"
+        for expert in range(experts):
+            quantized(f"{mlp}.experts.{expert}.gate_proj", 128, 256)
+            quantized(f"{mlp}.experts.{expert}.up_proj", 128, 256)
+            quantized(f"{mlp}.experts.{expert}.down_proj", 256, 128)
+        quantized(f"{mlp}.shared_experts.gate_proj", 128 * n_shared, 256)
+        quantized(f"{mlp}.shared_experts.up_proj", 128 * n_shared, 256)
+        quantized(f"{mlp}.shared_experts.down_proj", 256, 128 * n_shared)
+        unquantized(f"{mlp}.gate", [384, 256])  # the router
+        assert tensors[f"{mlp}.gate.e_score_correction_bias"]["dtype"] == "F32"
+    assert tensors["model.layers.1.mlp.experts.0.down_proj.weight"]["shape"] == [256, 64]
+    assert tensors["model.layers.1.mlp.experts.0.down_proj.weight_scale"]["shape"] == [256, 8]
+    # layer 0's dense MLP: ignored by model.layers.0.mlp*
+    unquantized("model.layers.0.mlp.gate_proj", [704, 256])
+    unquantized("model.layers.0.mlp.up_proj", [704, 256])
+    unquantized("model.layers.0.mlp.down_proj", [256, 704])
+    attention = [name for name in tensors if ".self_attn." in name]
+    assert len(attention) > 5 * layers and {tensors[name]["dtype"] for name in attention} == {"BF16"}
+    unquantized("lm_head", [512, 256])
+    unquantized("model.embed_tokens", [512, 256])
+
+    names = {suffix: sorted(n for n in tensors if n.endswith(suffix)) for suffix in NVFP4_SCALE_SUFFIXES}
+    packed = sorted(n for n, e in tensors.items() if e["dtype"] == "U8")
+    assert len(packed) == len(names[".weight_scale"]) == len(names[".weight_scale_2"]) == len(names[".input_scale"])
+    assert len(packed) == (layers - 1) * (3 * experts + 3)
+    assert [n[: -len(".weight")] for n in packed] == [n[: -len(".weight_scale")] for n in names[".weight_scale"]]
+    assert {tensors[n]["dtype"] for n in names[".weight_scale"]} == {"F8_E4M3"}
+
+    payloads = tensor_payloads(path, [*names[".weight_scale"], *names[".weight_scale_2"], *names[".input_scale"]])
+    for name in names[".weight_scale"]:  # positive e4m3 block scales 0.5 .. 1.875, never NaN
+        data = payloads[name]
+        assert len(data) == math.prod(tensors[name]["shape"]) and min(data) >= 0x30 and max(data) <= 0x3F, name
+    assert len(set(payloads["model.layers.1.mlp.experts.0.gate_proj.weight_scale"])) > 1  # random, not one constant
+    for name in names[".weight_scale_2"]:
+        assert struct.unpack("<f", payloads[name]) == pytest.approx((0.002,)), name
+    for name in names[".input_scale"]:
+        assert struct.unpack("<f", payloads[name]) == pytest.approx((0.005,)), name
+
+    # the same modules as the bf16 tiny target: only the scales are added
+    bf16_names = set(parse_safetensors(Path(kimi_bf16["target"]) / "model.safetensors"))
+    added = set(tensors) - bf16_names
+    assert added and all(name.endswith(NVFP4_SCALE_SUFFIXES) for name in added), sorted(added)[:5]
+    assert added == {name for suffix in NVFP4_SCALE_SUFFIXES for name in names[suffix]}
+    assert not bf16_names - set(tensors), sorted(bf16_names - set(tensors))[:5]
 
 
 def test_unquantized_llama_reports_no_quantization_or_vision(dense: dict[str, dict[str, Any]]) -> None:
@@ -320,8 +487,9 @@ def free_port() -> int:
 
 
 def test_real_runtime_reads_and_loads_every_tensor(
-    kimi: dict[str, Any], dense: dict[str, dict[str, Any]], sglang_runtime_python: Path, sglang_tree: Path
+    kimi_bf16: dict[str, Any], dense: dict[str, dict[str, Any]], sglang_runtime_python: Path, sglang_tree: Path
 ) -> None:
+    kimi = kimi_bf16
     targets = [kimi["target"], *(dense[name]["target"] for name in ("llama", "qwen2", "qwen3"))]
     drafts = [kimi["draft"], dense["llama"]["draft"]]
     request = json.dumps({"targets": targets, "drafts": drafts, "port": free_port()})
@@ -476,6 +644,16 @@ def test_missing_mla_key_and_bad_tokenizer_are_named(tmp_path: Path) -> None:
         ensure(tmp_path / "out", source, None, TOKENIZER)
     with pytest.raises(TinyModelError, match=r"tokenizer.json: not found"):
         ensure(tmp_path / "out", LLAMA, None, tmp_path)
+
+
+def test_nvfp4_group_size_that_does_not_divide_a_linear_is_named(tmp_path: Path) -> None:
+    quant = json.loads((KIMI / "config.json").read_text())["quantization_config"]
+    source = kimi_variant(tmp_path / "kimi", {**quant, "group_size": 48}, json.loads((KIMI / "hf_quant_config.json").read_text()))
+    name = "model.layers.1.mlp.experts.0.gate_proj.weight"
+    with pytest.raises(TinyModelError) as error:
+        ensure(tmp_path / "out", source, KIMI_DRAFT, TOKENIZER)
+    assert str(error.value) == f"{name}: 256 inputs do not split into NVFP4 groups of 48"
+    assert not (tmp_path / "out").exists()
 
 
 # the Ansible module ------------------------------------------------------------------------------

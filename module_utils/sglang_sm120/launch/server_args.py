@@ -114,6 +114,9 @@ WATCHED_FIELDS = (
     "quantization",
     "device",
 )
+# Values SGLang's choices offer as a word for "none", which its ServerArgs turns into None: that is
+# what they mean, not a rewrite of the operator's value.
+MEANS_NONE = {"speculative_draft_model_quantization": "unquant"}
 DEFAULT_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 FLASHINFER_PACKAGES = ("flashinfer-python", "flashinfer_python")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -854,6 +857,8 @@ class Checker:
                 continue
             flag = self.parser_dest_flags.get(name)
             was_given = name in given
+            if was_given and new is None and MEANS_NONE.get(name) == old:
+                continue
             out.append(
                 {
                     "flag": flag,

@@ -57,7 +57,16 @@ ENTRY_KEYS = {
     "acknowledged_by": "optional",
 }
 # Facts each condition kind may name, and the operators it takes.
-MODEL_FACTS = ("is_mla", "kv_cache_quant_algo", "quantization", "architectures", "model_type", "auto_map_missing", "registered")
+MODEL_FACTS = (
+    "is_mla",
+    "kv_cache_quant_algo",
+    "quantization",
+    "quant_method",
+    "architectures",
+    "model_type",
+    "auto_map_missing",
+    "registered",
+)
 HOST_FACTS = (
     "pcie_only",
     "driver_version",
@@ -313,6 +322,7 @@ class ModelFacts:
     kv_cache_quant_source: str
     quantization: Optional[str]  # the checkpoint's method as SGLang names it (modelopt_fp4, fp8, ...); None: unquantized
     quantization_source: str
+    quant_method: Optional[str]  # config.json's quantization_config.quant_method as written; None: none there
     total_size: Optional[int]
     total_size_source: str
     auto_map_modules: list[str]
@@ -398,6 +408,7 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
     kv_algo, kv_source = None, "no quantization config"
     method, method_source = None, f"no quantization_config in {path / 'config.json'} and no hf_quant_config.json"
     quant = config.get("quantization_config")
+    written = quant.get("quant_method") if isinstance(quant, dict) and isinstance(quant.get("quant_method"), str) else None
     if isinstance(quant, dict):
         kv_algo, kv_source = _kv_from_quant_config(quant)
         kv_source = f"{path / 'config.json'}: {kv_source}"
@@ -439,6 +450,7 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
         kv_cache_quant_source=kv_source,
         quantization=method,
         quantization_source=method_source,
+        quant_method=written,
         total_size=total_size,
         total_size_source=size_source,
         auto_map_modules=modules,
@@ -777,6 +789,9 @@ def _model_condition(kind: str, cond: Mapping[str, Any], ctx: Context) -> Result
     elif fact == "quantization":
         value = facts.quantization
         text = f"{kind} quantization {facts.quantization or 'none'} ({facts.quantization_source})"
+    elif fact == "quant_method":
+        value = facts.quant_method
+        text = f"{kind} config.json quantization_config.quant_method {facts.quant_method or 'not set'}"
     elif fact == "auto_map_missing":
         value = bool(facts.auto_map_missing)
         text = (

@@ -20,8 +20,13 @@ What is kept and what is made small (see docs/canary.md):
   scheme, the ratio of the draft's context to the target's;
 - small: hidden size, heads, q_lora_rank, MLP widths, layer count, vocabulary (the tokenizer's),
   context length;
-- not generated, and said so in ``differences``: quantization (bf16 weights), a vision tower,
-  the real tokenizer, custom code (auto_map), MTP layers.
+- the checkpoint's quantization where it is ModelOpt NVFP4 (Kimi-K2.5-NVFP4's): every Linear the
+  real ignore list does not exclude is written as the real export writes it (packed FP4 weights, FP8
+  e4m3 block scales per 16 inputs, FP32 global weight and input scales) under the same
+  quantization_config / hf_quant_config.json, so SGLang loads it through its NVFP4 path and picks
+  its GEMM and MoE runners as it will for the real model;
+- not generated, and said so in ``differences``: any other quantization (bf16 weights then), a
+  vision tower, the real tokenizer, custom code (auto_map), MTP layers.
 
 The key is the sha256 of the generator version, the target's config.json (and
 hf_quant_config.json), the draft's config.json, the tokenizer files, this file's source and
@@ -31,6 +36,7 @@ the options: a converge that changed none of them reuses the written models.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import inspect
 import json
@@ -45,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 MANIFEST = "canary-models.json"
 WEIGHTS = "model.safetensors"
 
@@ -53,6 +59,12 @@ WEIGHTS = "model.safetensors"
 TINY_HIDDEN = 256  # a tiny LlamaForCausalLM of this width served on SGLang 0.5.13 / H200 (shared/data/real-server)
 HEADS_PER_RANK = 8  # Kimi-K2.5's 64 heads at TP 8
 MOE_INTERMEDIATE_PER_RANK = 32  # experts keep their real count, so their width is the smallest
+# NVFP4 kernels tile their inputs (Marlin: 128 along K, 64 along N; CUTLASS FP4: 128): quantized experts are this wide per rank
+NVFP4_MOE_INTERMEDIATE_PER_RANK = 128
+NVFP4_GROUP = 16  # inputs per FP8 block scale in ModelOpt's NVFP4 export
+# The scales of the generated NVFP4 tensors: |weight| <= 6 x 1.875 x WEIGHT_SCALE_2, about 0.02 like the bf16 ones
+NVFP4_WEIGHT_SCALE_2 = 0.002
+NVFP4_INPUT_SCALE = 0.005
 TINY_CONTEXT = 4096
 MIN_LAYERS = 3
 
@@ -186,10 +198,11 @@ def read_tokenizer(tokenizer_dir: PathLike) -> TokenizerSource:
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    dtype: str  # safetensors dtype: BF16, F16, F32, I64, BOOL
+    dtype: str  # safetensors dtype: BF16, F16, F32, I64, BOOL, U8 (packed FP4), F8_E4M3
     shape: tuple[int, ...]
-    init: str = "random"  # random | ones | zeros | values
+    init: str = "random"  # random | ones | zeros | values | fill
     values: tuple[int, ...] = ()  # for init=values (I64 / BOOL)
+    fill: float = 0.0  # for init=fill (F32)
 
 
 @dataclass
@@ -201,6 +214,7 @@ class ModelPlan:
     config: dict[str, Any]
     tensors: list[TensorSpec]
     sizes: dict[str, list[Any]] = field(default_factory=dict)  # key -> [real, tiny]
+    extra_files: dict[str, Any] = field(default_factory=dict)  # name -> JSON written beside config.json
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -229,7 +243,7 @@ class Plan:
         }
 
 
-DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1}
+DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1, "U8": 1, "F8_E4M3": 1}
 TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 WRAPPERS = {"KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM"}
@@ -321,7 +335,61 @@ def _text_config(target: SourceModel, differences: list[str]) -> tuple[str, dict
     return architecture, dict(config)
 
 
-def _quant_differences(target: SourceModel, text: dict[str, Any], differences: list[str], hints: dict[str, Any]) -> None:
+@dataclass
+class Nvfp4:
+    """The real checkpoint's ModelOpt NVFP4 quantization, as the tiny target reproduces it."""
+
+    quantization_config: Optional[dict[str, Any]]  # config.json's, ignore list translated (None: the real one has none)
+    hf_quant_config: Optional[dict[str, Any]]  # hf_quant_config.json's, exclude_modules translated
+    ignore: list[str]  # the translated patterns of modules left unquantized
+    dropped: list[str]  # real patterns naming parts the tiny target has not (vision tower, projector)
+    group_size: int
+
+
+def _translate_patterns(patterns: list[Any]) -> tuple[list[str], list[str]]:
+    """A wrapper's module names (language_model.*) as the tiny text model names them (model.*); patterns
+    naming what the tiny target leaves out (vision tower, projector) are dropped."""
+    kept, dropped = [], []
+    for raw in patterns:
+        pattern = str(raw)
+        if pattern.startswith("language_model."):
+            pattern = "model." + pattern[len("language_model.") :]
+        if pattern.startswith(("vision", "mm_projector", "multi_modal", "visual")):
+            dropped.append(str(raw))
+        elif pattern not in kept:
+            kept.append(pattern)
+    return kept, dropped
+
+
+def _nvfp4(target: SourceModel, text: dict[str, Any]) -> Optional[Nvfp4]:
+    """The NVFP4 spec when the real checkpoint is ModelOpt NVFP4 (config.json's quantization_config
+    with quant_method modelopt, or hf_quant_config.json from modelopt), else None."""
+    quant = text.get("quantization_config") if isinstance(text.get("quantization_config"), dict) else None
+    hf = target.quant if isinstance(target.quant, dict) else None
+    hf_inner = hf.get("quantization") if hf and isinstance(hf.get("quantization"), dict) else None
+    from_config = quant is not None and str(quant.get("quant_method", "")).lower() == "modelopt"
+    algo = str((quant or {}).get("quant_algo") or (hf_inner or {}).get("quant_algo") or "").upper()
+    if algo != "NVFP4" or not (from_config or hf_inner is not None):
+        return None
+    group = int((quant or {}).get("group_size") or (hf_inner or {}).get("group_size") or NVFP4_GROUP)
+    if not from_config:
+        quant = None
+    real_ignore = list((quant or {}).get("ignore") or (hf_inner or {}).get("exclude_modules") or [])
+    ignore, dropped = _translate_patterns(real_ignore)
+    tiny_quant = None
+    if quant is not None:
+        tiny_quant = copy.deepcopy(quant)
+        tiny_quant["ignore"] = ignore
+    tiny_hf = None
+    if hf_inner is not None:
+        tiny_hf = copy.deepcopy(hf)
+        tiny_hf["quantization"]["exclude_modules"] = _translate_patterns(list(hf_inner.get("exclude_modules") or []))[0]
+    return Nvfp4(tiny_quant, tiny_hf, ignore, dropped, group)
+
+
+def _quant_differences(
+    target: SourceModel, text: dict[str, Any], differences: list[str], hints: dict[str, Any], nvfp4: Optional[Nvfp4]
+) -> None:
     quant = text.get("quantization_config") if isinstance(text.get("quantization_config"), dict) else None
     hf_quant = (target.quant or {}).get("quantization") if isinstance((target.quant or {}).get("quantization"), dict) else None
     if quant is None and hf_quant is None:
@@ -333,11 +401,24 @@ def _quant_differences(target: SourceModel, text: dict[str, Any], differences: l
         for name, present in (("config.json quantization_config", quant is not None), ("hf_quant_config.json", hf_quant is not None))
         if present
     )
+    if nvfp4 is not None:
+        differences.append(
+            f"quantization: generated as the real model's {algo} ({method}, from {where}): packed FP4 weights (two e2m1 a byte), "
+            f"FP8 e4m3 block scales per {nvfp4.group_size} inputs and FP32 global weight and input scales for every Linear "
+            f"its ignore list does not exclude ({', '.join(nvfp4.ignore) or 'none'}), so SGLang loads the tiny target "
+            "through its NVFP4 path and picks its FP4 GEMM and MoE runners as for the real model; quantized experts are "
+            f"{NVFP4_MOE_INTERMEDIATE_PER_RANK} wide per rank (the FP4 kernels' tiles), the scales are made up (no calibration)"
+        )
+        if nvfp4.dropped:
+            differences.append(
+                f"quantization ignore list: {', '.join(nvfp4.dropped)} left out (they name parts the tiny target does not have)"
+            )
+        return
     differences.append(
         f"quantization: the real model is {algo} ({method}, from {where}); the tiny one is {_weight_dtype(text).lower()} with no "
         "quantization config: "
-        f"{algo} packing (weights and scales) is not generated, so the quantized GEMM/MoE kernels and their runner selection "
-        "are not exercised"
+        f"{algo} packing (weights and scales) is not generated (the generator writes ModelOpt NVFP4 only), so the quantized "
+        "GEMM/MoE kernels and their runner selection are not exercised"
     )
     kv_algo = (hf_quant or {}).get("kv_cache_quant_algo") or (quant or {}).get("kv_cache_quant_algo")
     scheme = (quant or {}).get("kv_cache_scheme")
@@ -351,6 +432,38 @@ def _quant_differences(target: SourceModel, text: dict[str, Any], differences: l
         hints["kv_cache_dtype"] = "fp8_e4m3"
     elif kv_algo:
         differences.append(f"kv_cache_quant_algo: the real checkpoint declares {kv_algo}; the tiny target declares none")
+
+
+# Modules SGLang builds unquantized whatever the checkpoint says: the MoE router and the embeddings.
+NEVER_QUANTIZED = ("mlp.gate", "embed_tokens")
+
+
+def _quantize(tensors: list[TensorSpec], nvfp4: Nvfp4) -> list[TensorSpec]:
+    """Each 2-D Linear weight the ignore list does not exclude, as ModelOpt's NVFP4 export writes it:
+    <module>.weight U8 [out, in/2], .weight_scale F8_E4M3 [out, in/group], .weight_scale_2 and
+    .input_scale F32 scalars."""
+    out: list[TensorSpec] = []
+    for spec in tensors:
+        module = spec.name[: -len(".weight")] if spec.name.endswith(".weight") else ""
+        quantized = (
+            module
+            and len(spec.shape) == 2
+            and not module.endswith(NEVER_QUANTIZED)
+            and not any(fnmatch.fnmatchcase(module, pattern) for pattern in nvfp4.ignore)
+        )
+        if not quantized:
+            out.append(spec)
+            continue
+        rows, cols = spec.shape
+        if cols % (2 * nvfp4.group_size):
+            raise TinyModelError(f"{spec.name}: {cols} inputs do not split into NVFP4 groups of {nvfp4.group_size}")
+        out += [
+            TensorSpec(spec.name, "U8", (rows, cols // 2)),
+            TensorSpec(module + ".weight_scale", "F8_E4M3", (rows, cols // nvfp4.group_size)),
+            TensorSpec(module + ".weight_scale_2", "F32", (), "fill", fill=NVFP4_WEIGHT_SCALE_2),
+            TensorSpec(module + ".input_scale", "F32", (), "fill", fill=NVFP4_INPUT_SCALE),
+        ]
+    return out
 
 
 def _common_config(text: dict[str, Any], architecture: str, tokenizer: TokenizerSource, tiny_max: int) -> dict[str, Any]:
@@ -392,7 +505,13 @@ def _aux_layers(draft: Optional[SourceModel]) -> tuple[Optional[list[int]], int]
 
 
 def _mla_plan(
-    source: SourceModel, text: dict[str, Any], tokenizer: TokenizerSource, layers: int, tp: int, differences: list[str]
+    source: SourceModel,
+    text: dict[str, Any],
+    tokenizer: TokenizerSource,
+    layers: int,
+    tp: int,
+    differences: list[str],
+    nvfp4: Optional[Nvfp4] = None,
 ) -> ModelPlan:
     arch = "DeepseekV3ForCausalLM"
     for key in (
@@ -427,7 +546,7 @@ def _mla_plan(
     if experts:
         for key in ("num_experts_per_tok", "moe_intermediate_size"):
             _need(text, key, source, arch)
-        config["moe_intermediate_size"] = MOE_INTERMEDIATE_PER_RANK * tp
+        config["moe_intermediate_size"] = (NVFP4_MOE_INTERMEDIATE_PER_RANK if nvfp4 else MOE_INTERMEDIATE_PER_RANK) * tp
         config.setdefault("n_group", 1)
         config.setdefault("topk_group", 1)
         config.setdefault("n_shared_experts", 0)
@@ -500,7 +619,19 @@ def _mla_plan(
     tensors.append(TensorSpec("model.norm.weight", dtype, (hidden,), "ones"))
     if not config.get("tie_word_embeddings"):
         tensors.append(TensorSpec("lm_head.weight", dtype, (vocab, hidden)))
-    return ModelPlan("target", source.architecture, arch, "MLA", config, tensors, sizes)
+    return _with_quantization(ModelPlan("target", source.architecture, arch, "MLA", config, tensors, sizes), nvfp4)
+
+
+def _with_quantization(model: ModelPlan, nvfp4: Optional[Nvfp4]) -> ModelPlan:
+    """The target with the real checkpoint's NVFP4 quantization: tensors, quantization_config, hf_quant_config.json."""
+    if nvfp4 is None:
+        return model
+    model.tensors = _quantize(model.tensors, nvfp4)
+    if nvfp4.quantization_config is not None:
+        model.config["quantization_config"] = nvfp4.quantization_config
+    if nvfp4.hf_quant_config is not None:
+        model.extra_files["hf_quant_config.json"] = nvfp4.hf_quant_config
+    return model
 
 
 def _mlp(prefix: str, dtype: str, hidden: int, width: int, bias: bool = False) -> list[TensorSpec]:
@@ -530,7 +661,9 @@ def _heads(config: dict[str, Any], tp: int) -> tuple[int, int, int, int]:
     return real_heads, heads, kv, head_dim
 
 
-def _dense_plan(source: SourceModel, text: dict[str, Any], arch: str, tokenizer: TokenizerSource, layers: int, tp: int) -> ModelPlan:
+def _dense_plan(
+    source: SourceModel, text: dict[str, Any], arch: str, tokenizer: TokenizerSource, layers: int, tp: int, nvfp4: Optional[Nvfp4] = None
+) -> ModelPlan:
     for key in ("hidden_size", "num_attention_heads", "intermediate_size"):
         _need(text, key, source, arch)
     scale = TINY_HIDDEN / int(text["hidden_size"])
@@ -572,7 +705,9 @@ def _dense_plan(source: SourceModel, text: dict[str, Any], arch: str, tokenizer:
     tensors.append(TensorSpec("model.norm.weight", dtype, (hidden,), "ones"))
     if not config.get("tie_word_embeddings"):
         tensors.append(TensorSpec("lm_head.weight", dtype, (vocab, hidden)))
-    return ModelPlan("target", source.architecture, arch, "MHA" if kv == heads else "GQA", config, tensors, sizes)
+    return _with_quantization(
+        ModelPlan("target", source.architecture, arch, "MHA" if kv == heads else "GQA", config, tensors, sizes), nvfp4
+    )
 
 
 def _check_draft_architecture(draft: SourceModel) -> str:
@@ -712,11 +847,12 @@ def plan_models(target: SourceModel, tokenizer: TokenizerSource, draft: Optional
     if draft is not None:
         _check_draft_architecture(draft)
     aux_ids, layers = _aux_layers(draft)
-    _quant_differences(target, text, differences, hints)
+    nvfp4 = _nvfp4(target, text)
+    _quant_differences(target, text, differences, hints, nvfp4)
     if architecture in MLA_TARGETS:
-        tiny = _mla_plan(target, text, tokenizer, layers, tp_size, differences)
+        tiny = _mla_plan(target, text, tokenizer, layers, tp_size, differences, nvfp4)
     else:
-        tiny = _dense_plan(target, text, architecture, tokenizer, layers, tp_size)
+        tiny = _dense_plan(target, text, architecture, tokenizer, layers, tp_size, nvfp4)
     model_type = text.get("model_type")
     changes = []
     if model_type and model_type != tiny.config["model_type"]:
@@ -799,8 +935,14 @@ def tensor_bytes(spec: TensorSpec, seed: str) -> bytes:
         return bytes(count * size)
     if spec.init == "ones":
         return _ONES[spec.dtype] * count
+    if spec.init == "fill":
+        return struct.pack(f"<{count}f", *([spec.fill] * count))
     rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}\0{spec.name}".encode()).digest()[:8], "little"))
     raw = bytearray(rng.getrandbits(8 * count * size).to_bytes(count * size, "little")) if count else bytearray()
+    if spec.dtype == "U8":  # two FP4 (e2m1) codes a byte: every nibble is a finite value, -6 .. 6
+        return bytes(raw)
+    if spec.dtype == "F8_E4M3":  # positive block scales 0.5 .. 1.875 (exponent 6 or 7), never NaN
+        return bytes(raw.translate(bytes(0x30 | (b & 0x0F) for b in range(256))))
     if spec.dtype == "F16":  # f16 high byte: sign, 5 exponent bits, 2 mantissa bits: 2**-9 .. 2**-5
         raw[1::2] = raw[1::2].translate(bytes((0x18, 0x1C, 0x98, 0x9C)[b & 3] | (b >> 6) for b in range(256)))
     else:
@@ -859,6 +1001,8 @@ def _write_model(directory: Path, model: ModelPlan, key: str, tokenizer: Optiona
     files = {"config.json": _write_file(directory / "config.json", _json_bytes(model.config))}
     metadata = {"format": "pt", "generator": f"sglang-sm120 tiny_models {GENERATOR_VERSION}", "key": key, "role": model.role}
     files[WEIGHTS] = write_safetensors(directory / WEIGHTS, model.tensors, f"{key}\0{model.role}", metadata)
+    for name, data in sorted(model.extra_files.items()):
+        files[name] = _write_file(directory / name, _json_bytes(data))
     for name, data in sorted((tokenizer.files if tokenizer else {}).items()):
         files[name] = _write_file(directory / name, data)
     return files
