@@ -426,3 +426,63 @@ def test_the_module_runs_the_server_with_the_unit_environment_files_and_says_whe
     no_smi = ansible_canary(tmp_path, gpu_query=True, module="sglang_standin")
     if not shutil.which("nvidia-smi"):
         assert no_smi["failed"] and "nvidia-smi is not on PATH" in no_smi["msg"]
+
+
+# --- known causes: a failed canary says what its log means ------------------------------------------
+
+
+def _capture_tail(path: str) -> list[str]:
+    return canary._tail(str(ROOT / "tests/data/real-server" / path))
+
+
+def test_the_real_fa3_failure_is_named_with_its_fix() -> None:
+    real = json.loads((ROOT / "tests/data/real-server/0.5.13-h200-canary/fails/result.json").read_text())
+    cause = canary.known_cause(real["log_tail"], "exited")
+    assert cause is not None and cause["name"] == "fa3-kernels-missing", cause
+    assert cause["line"] == "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."
+    assert "triton or flashinfer" in cause["fix"]
+
+
+def test_the_real_nvfp4_start_that_ran_out_of_time_in_capture_is_named() -> None:
+    tail = _capture_tail("0.5.13-h200-nvfp4-canary/serves-canary.log")
+    cause = canary.known_cause(tail, "port closed")
+    assert cause is not None and cause["name"] == "still-capturing-cuda-graphs"
+    assert "Capture cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8]" in cause["line"]
+    # the registry's skipped imports in the same tail are not causes; capture is not one once the server exited
+    assert canary.known_cause(tail, "exited") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        (
+            "RuntimeError: Capture cuda graph failed: mat1 and mat2 shapes cannot be multiplied (8x768 and 1536x256)",
+            "draft-does-not-fit-target",
+        ),
+        ("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device", "no-kernel-image"),
+        (
+            "NotImplementedError: Unsupported moe_runner_backend for NVFP4 MoE: MoeRunnerBackend.FLASHINFER_TRTLLM.",
+            "nvfp4-moe-runner-auto-is-trtllm-on-sm120",
+        ),
+        ("ValueError: ModelOptFp8Config only supports static FP8 quantization in SGLang.", "modelopt-nvfp4-read-as-fp8"),
+        ("ValueError: Cannot find the config file for modelopt_fp4", "draft-inherits-quantization"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out-of-memory-after-load"),
+    ],
+)
+def test_each_known_cause_is_named_from_its_line(line: str, name: str) -> None:
+    tail = ["[2026-12-03 08:18:34] Init torch distributed begin.", line, "[2026-12-03 08:18:35] kill_process_tree called"]
+    cause = canary.known_cause(tail, "exited")
+    assert cause is not None and cause["name"] == name and cause["line"] == line
+
+
+def test_a_failed_canary_message_carries_the_cause_and_fix() -> None:
+    result = canary.CanaryResult(ok=False, phase="exited", seconds=72.0, message="", exit_status=-9)
+    result.log_tail = [
+        "[t] Capture cuda graph bs [1, 2]",
+        "RuntimeError: Capture cuda graph failed: mat1 and mat2 shapes cannot be multiplied",
+    ]
+    result.known_cause = canary.known_cause(result.log_tail, result.phase)
+    text = canary._message(result, 240, "")
+    assert text.startswith("canary failed in phase exited: the server exited with status -9")
+    assert "; known cause [draft-does-not-fit-target]: " in text and "fix: point --speculative-draft-model-path" in text
+    assert canary.known_cause(["[t] The server is fired up and ready to roll!"], "exited") is None

@@ -384,3 +384,19 @@ def test_a_probe_fails_loudly_when_the_code_moved(tmp_path: Path) -> None:
         method("class Other:\n    pass\n", "ModelOptNvFp4FusedMoEMethod", "apply", "here")
     with pytest.raises(ProbeError, match="has no method apply"):
         method("class ModelOptNvFp4FusedMoEMethod:\n    def other(self): pass\n", "ModelOptNvFp4FusedMoEMethod", "apply", "here")
+
+
+def test_the_docs_table_follows_the_catalogue() -> None:
+    """docs/start-failures.md lists every entry once, with the catalogue's range and severity."""
+    text = (DATA.parent.parent / "docs" / "start-failures.md").read_text()
+    table = text.split("| id | row | versions | severity | decided by |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    assert sorted(rows) == sorted(ENTRIES)
+    for entry_id, entry in ENTRIES.items():
+        low, high = entry.versions
+        shown = "all" if low == "0.0.0" and high is None else f"{low}-" if high is None else low if low == high else f"{low}-{high}"
+        assert rows[entry_id][2] == shown, (entry_id, rows[entry_id][2], shown)
+        assert rows[entry_id][3].split(",")[0].split(" ")[0] == entry.severity, entry_id

@@ -216,6 +216,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(host=host_with(host8, jit_tools_missing=[])), "ok"),
             "outside": None,
         },
+        "draft-does-not-fit-target": {
+            "hit": (dict(argv=EAGLE, model=model, draft=read_model_dir(MODELS / "llama-3.1-8b-eagle3")), "refused"),
+            "miss": (dict(argv=EAGLE, model=model, draft=draft), "ok"),
+            "outside": None,
+        },
         "draft-architecture-unknown": {
             "hit": (dict(argv=EAGLE, draft=odd, registry=registry), "refused"),
             "miss": (dict(argv=EAGLE, draft=draft, registry=registry), "ok"),
@@ -696,3 +701,24 @@ def test_registry_read_from_wheel_as_from_tree() -> None:
     assert from_wheel is not None and from_wheel == registered_architectures(tree("0.5.23"))
     assert {"LlamaForCausalLMEagle3", KIMI_CLASS} <= from_wheel and "NoSuchDraftForCausalLM" not in from_wheel
     assert registered_architectures(DATA) is None
+
+
+def test_a_draft_made_for_another_target_is_refused_naming_both_values(aliases: dict[str, str], kimi: Path) -> None:
+    """The Llama-3.1-8B EAGLE-3 draft with the Kimi-shaped target (the pair that failed on the real H200
+    in CUDA-graph capture): every mismatch named with both values and both directories."""
+    llama_draft = MODELS / "llama-3.1-8b-eagle3"
+    result = verdict("draft-does-not-fit-target", context(aliases, EAGLE, model=read_model_dir(kimi), draft=read_model_dir(llama_draft)))
+    text = result.text()
+    assert result.verdict == "refused", text
+    assert f"hidden size: draft's target_hidden_size/hidden_size 4096 ({llama_draft}) != target's hidden_size 7168 ({kimi})" in text
+    assert "vocabulary: draft's vocab_size 128256" in text and "target's vocab_size 163840" in text
+    fits = verdict(
+        "draft-does-not-fit-target", context(aliases, EAGLE, model=read_model_dir(kimi), draft=read_model_dir(MODELS / "kimi-k2.5-eagle3"))
+    )
+    assert (
+        fits.verdict == "ok"
+        and "the draft fits the target (hidden size 7168, vocabulary 163840, auxiliary layers [1, 29, 57] of 61)" in fits.text()
+    )
+    # no speculation: ok without a draft; a draft flag without its directory: unknown, never ok
+    assert verdict("draft-does-not-fit-target", context(aliases, [], model=read_model_dir(kimi))).verdict == "ok"
+    assert verdict("draft-does-not-fit-target", context(aliases, EAGLE, model=read_model_dir(kimi))).verdict == "unknown"

@@ -46,10 +46,11 @@ ACK_TOPK_TREE_ON_MLA = "_allow_topk_tree_on_mla"
 TOOLKIT_KEYS = (ACK_TOPK_TREE_ON_MLA,)
 
 # First releases where the behaviour changed, read from the releases' sources (domain notes):
-# 0.5.14 turned the torch symm-mem KeyError: 12 into a logged disable (#24548); 0.5.23 raises at
-# start on --enable-flashinfer-allreduce-fusion off SM90/SM10X (0.5.9 and 0.5.10 ignore it).
+# 0.5.14 turned the torch symm-mem KeyError: 12 into a logged disable (#24548); from 0.5.14
+# --enable-flashinfer-allreduce-fusion becomes the fusion backend "auto", which raises at start off
+# SM90/SM10X (0.5.9-0.5.13 ignore it; tests/test_catalogue_sources.py proves both on the sources).
 SYMM_MEM_NO_CRASH_FROM = (0, 5, 14)
-FUSION_RAISES_FROM = (0, 5, 23)
+FUSION_RAISES_FROM = (0, 5, 14)
 FUSION_SOURCE = "srt/layers/flashinfer_comm_fusion.py"
 FUSION_RAISE_MARKER = "requires SM90 or SM10X"
 

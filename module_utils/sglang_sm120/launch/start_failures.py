@@ -86,7 +86,7 @@ CONDITIONS = {
     "host": ("is", "in", "lt"),
     "check": (),
 }
-CHECKS = ("memory", "memory_reserve")
+CHECKS = ("memory", "memory_reserve", "draft_fits")
 # Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
 # the facts of module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable).
@@ -327,6 +327,12 @@ class ModelFacts:
     total_size_source: str
     auto_map_modules: list[str]
     auto_map_missing: list[str]
+    # sizes of the text model (a wrapper's text_config), for the draft-fits check
+    hidden_size: Optional[int] = None
+    input_hidden_size: Optional[int] = None  # a draft's target_hidden_size (SGLang's llama_eagle3), else hidden_size
+    vocab_size: Optional[int] = None
+    num_hidden_layers: Optional[int] = None
+    aux_layer_ids: Optional[list[int]] = None  # an EAGLE-3 draft's eagle_config.eagle_aux_hidden_state_layer_ids
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -441,6 +447,14 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
                 if module not in modules:
                     modules.append(module)
     missing = [m for m in modules if f"{m.replace('.', '/')}.py" not in names and f"{m}.py" not in names]
+    sizes = text if text else config
+
+    def number(key: str, where: Mapping[str, Any] = sizes) -> Optional[int]:
+        value = where.get(key, config.get(key))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    aux = eagle.get("eagle_aux_hidden_state_layer_ids")
     return ModelFacts(
         path=str(path),
         architectures=list(archs),
@@ -451,6 +465,11 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
         quantization=method,
         quantization_source=method_source,
         quant_method=written,
+        hidden_size=number("hidden_size"),
+        input_hidden_size=number("target_hidden_size", config) or number("hidden_size"),
+        vocab_size=number("vocab_size"),
+        num_hidden_layers=number("num_hidden_layers"),
+        aux_layer_ids=[int(i) for i in aux] if isinstance(aux, list) and all(isinstance(i, int) for i in aux) else None,
         total_size=total_size,
         total_size_source=size_source,
         auto_map_modules=modules,
@@ -936,6 +955,43 @@ def memory_reserve_check(entry: Entry, ctx: Context) -> Result:
     return fraction > auto + 1e-9, text
 
 
+def draft_fits_check(ctx: Context) -> Result:
+    """True when the draft does not fit the target: the hidden states it takes in (target_hidden_size,
+    else hidden_size) against the target's hidden size, its vocabulary against the target's, and its
+    auxiliary layer ids against the target's layer count (SGLang's llama_eagle3 fc takes target hidden
+    x aux layers; a draft made for another target fails at the first forward, in CUDA-graph capture)."""
+    if ctx.model is None or ctx.draft is None:
+        missing = " and ".join(n for n, f in (("--model", ctx.model), ("--draft-model", ctx.draft)) if f is None)
+        return None, f"no {missing} directory given: whether the draft fits the target is unknown"
+    target, draft = ctx.model, ctx.draft
+    pairs = (
+        ("hidden size", "draft's target_hidden_size/hidden_size", draft.input_hidden_size, "target's hidden_size", target.hidden_size),
+        ("vocabulary", "draft's vocab_size", draft.vocab_size, "target's vocab_size", target.vocab_size),
+    )
+    wrong, unknown, right = [], [], []
+    for what, dname, dvalue, tname, tvalue in pairs:
+        if dvalue is None or tvalue is None:
+            unknown.append(f"{what}: {dname} {dvalue}, {tname} {tvalue}")
+        elif dvalue != tvalue:
+            wrong.append(f"{what}: {dname} {dvalue} ({draft.path}) != {tname} {tvalue} ({target.path})")
+        else:
+            right.append(f"{what} {dvalue}")
+    if draft.aux_layer_ids is not None and target.num_hidden_layers is not None:
+        beyond = [i for i in draft.aux_layer_ids if i >= target.num_hidden_layers]
+        if beyond:
+            wrong.append(
+                f"auxiliary layers: the draft's eagle_aux_hidden_state_layer_ids {draft.aux_layer_ids} name layer(s) {beyond} "
+                f"the target ({target.num_hidden_layers} layers, {target.path}) does not have"
+            )
+        else:
+            right.append(f"auxiliary layers {draft.aux_layer_ids} of {target.num_hidden_layers}")
+    if wrong:
+        return True, "; ".join(wrong)
+    if unknown:
+        return None, "; ".join(unknown)
+    return False, f"the draft fits the target ({', '.join(right)})"
+
+
 def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
     if "flags" in cond:
         return _flag_condition(cond, ctx)
@@ -954,6 +1010,8 @@ def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
         return _host_condition(cond, ctx)
     if cond.get("check") == "memory_reserve":
         return memory_reserve_check(entry, ctx)
+    if cond.get("check") == "draft_fits":
+        return draft_fits_check(ctx)
     return memory_check(entry, ctx)
 
 

@@ -77,6 +77,93 @@ class CanaryArgvError(ToolkitError):
     """The launch flags cannot be turned into the canary's."""
 
 
+@dataclass(frozen=True)
+class KnownCause:
+    """A failure whose log lines say what it is: the name (a start-failure catalogue id where there is
+    one), what it means for the operator and the fix. Matched on the failed server's log tail only,
+    and only in the phases listed (empty: any failed phase)."""
+
+    name: str
+    pattern: str
+    cause: str
+    fix: str
+    phases: tuple[str, ...] = ()
+
+
+KNOWN_CAUSES = (
+    KnownCause(
+        "draft-does-not-fit-target",
+        r"mat1 and mat2 shapes cannot be multiplied",
+        "a matrix product met a shape it was not made for; with an EAGLE-3 draft this is a draft trained for another "
+        "target (its hidden size, vocabulary or auxiliary layers do not match the target's)",
+        "point --speculative-draft-model-path at the draft trained for this target (its config.json hidden_size, "
+        "vocab_size / draft_vocab_size and eagle_aux_hidden_state_layer_ids against the target's)",
+    ),
+    KnownCause(
+        "no-kernel-image",
+        r"no kernel image is available for execution on the device",
+        "a CUDA extension of the release carries no code for this GPU's compute capability",
+        "build the kernel package and FlashInfer for the GPUs' capability (the build specs' CUDA arch), or choose a "
+        "backend the release has kernels for",
+    ),
+    KnownCause(
+        "fa3-kernels-missing",
+        r"Can not import FA3 in sgl_kernel|FlashAttention v3 Backend requires",
+        "--attention-backend fa3 (FlashAttention 3, Hopper only) has no kernels in this release or this GPU",
+        "use --attention-backend triton or flashinfer (start-failure catalogue entry fa3-on-sm120)",
+    ),
+    KnownCause(
+        "nvfp4-moe-runner-auto-is-trtllm-on-sm120",
+        r"Unsupported moe_runner_backend for NVFP4 MoE|has no attribute 'g1_scale_c'",
+        "the NVFP4 MoE runner SGLang picked for auto (flashinfer_trtllm) cannot run this checkpoint here",
+        "add --moe-runner-backend flashinfer_cutlass (or --quantization modelopt_fp4, which makes SGLang pick it on SM120)",
+    ),
+    KnownCause(
+        "modelopt-nvfp4-read-as-fp8",
+        r"ModelOptFp8Config only supports static FP8 quantization",
+        "SGLang read the NVFP4 checkpoint's quant_method modelopt as ModelOpt FP8",
+        "add --quantization modelopt_fp4 (and --speculative-draft-model-quantization unquant for a bf16 draft)",
+    ),
+    KnownCause(
+        "draft-inherits-quantization",
+        r"Cannot find the config file for (modelopt|fp8|modelopt_fp4|modelopt_fp8)",
+        "the draft inherited the target's --quantization but has no quantization config of its own",
+        "add --speculative-draft-model-quantization unquant",
+    ),
+    KnownCause(
+        "out-of-memory-after-load",
+        r"OutOfMemoryError|CUDA out of memory",
+        "the GPU memory ran out after the weights loaded (KV pool, CUDA graphs or activations)",
+        "lower --mem-fraction-static or --cuda-graph-max-bs, or free the GPUs the canary shares",
+    ),
+    KnownCause(
+        "still-capturing-cuda-graphs",
+        r"Capture cuda graph bs|Capture draft cuda graph begin",
+        "the server was still capturing CUDA graphs when the budget ran out; a first start on a host compiles "
+        "kernels here (FlashInfer, Marlin, Triton JIT caches), which can take minutes while the log stands still",
+        "give sglang_canary_start_timeout the time the first kernel compiles need, or run the canary again once the JIT caches hold them",
+        ("port closed",),
+    ),
+)
+
+
+# Lines that name an error SGLang caught and went on from (its model registry skipping a module).
+NOT_A_CAUSE = re.compile(r"Ignore import error when loading")
+
+
+def known_cause(lines: Sequence[str], phase: str) -> Optional[dict[str, str]]:
+    """The first known cause whose pattern a line of the tail matches (newest line first) in this phase."""
+    for line in reversed(lines):
+        if NOT_A_CAUSE.search(line):
+            continue
+        for cause in KNOWN_CAUSES:
+            if cause.phases and phase not in cause.phases:
+                continue
+            if re.search(cause.pattern, line):
+                return {"name": cause.name, "cause": cause.cause, "fix": cause.fix, "line": line.strip()[:300]}
+    return None
+
+
 class CanaryInputError(ToolkitError):
     """What the canary reads on the host cannot be used: nvidia-smi's answer, the API-keys file, the
     models the tiny ones are made from (the stand-alone scripts' own KeysFileError and TinyModelError
@@ -103,6 +190,7 @@ class CanaryResult:
     command: list[str] = field(default_factory=list)
     server_info: Optional[dict[str, Any]] = None  # /server_info (or /get_server_info) while healthy, redacted
     evidence: dict[str, Any] = field(default_factory=dict)  # canary_evidence: backends and optimisations it showed
+    known_cause: Optional[dict[str, str]] = None  # known_cause: name, cause, fix and the log line, when one matched
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -570,6 +658,14 @@ def error_line(lines: Sequence[str]) -> str:
 
 
 def _message(result: CanaryResult, start_timeout: float, detail: str) -> str:
+    text = _phase_message(result, start_timeout, detail)
+    cause = result.known_cause
+    if cause and not result.ok:
+        text += f"; known cause [{cause['name']}]: {cause['cause']}; fix: {cause['fix']} (log: {cause['line']})"
+    return text
+
+
+def _phase_message(result: CanaryResult, start_timeout: float, detail: str) -> str:
     last = result.log_tail[-1] if result.log_tail else "(the log is empty)"
     error = error_line(result.log_tail)
     if error and error != last.strip():
@@ -711,5 +807,7 @@ def run_canary(
                 result.evidence = canary_evidence(_lines(str(log_path)), argv, result.server_info, sglang_version)
             except Exception as exc:  # evidence is a report's, never a reason to leave the result unsaid
                 result.evidence = {"error": f"{type(exc).__name__}: {exc}"}
+    if not result.ok:
+        result.known_cause = known_cause(result.log_tail, result.phase)
     result.message = _message(result, start_timeout, detail)
     return CanaryResult(**_redact(result.to_dict(), forms))
