@@ -15,7 +15,8 @@ CLI = ROOT / "bin" / "sglang-compat"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CLI), *args], capture_output=True, text=True, timeout=120)
+    """The tool without the index-wheel judgement (tests/test_index_wheels.py has it)."""
+    return subprocess.run([sys.executable, str(CLI), "--no-wheels", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_two_releases_json_and_table() -> None:

@@ -58,6 +58,10 @@ class CompatRow:
     flags_errors: list[str] = field(default_factory=list)
     stack: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # what each CUDA-linked artifact costs on the GPU host (index_wheels.ArtifactChoice.to_dict), and
+    # the source builds' hours of a first deploy (low, high); empty when not asked for
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    source_build_hours: list[float] = field(default_factory=list)
 
     @property
     def usable(self) -> bool:
@@ -282,6 +286,19 @@ def format_table(rows: Sequence[CompatRow]) -> str:
             if status.startswith("refused"):
                 lines.append(f"{row.version}: {status[len('refused: ') :]}")
         lines += [f"{row.version}: {text}" for text in row.flags_errors]
+    for row in rows:
+        if not row.artifacts:
+            continue
+        lines.append(f"{row.version}: what each artifact costs on the GPU host (CUDA 13, compute capability 12.0):")
+        width = max(len(a["artifact"]) for a in row.artifacts)
+        for choice in row.artifacts:
+            lines.append(f"  {choice['artifact'].ljust(width)}  {choice['cell']}")
+        low, high = row.source_build_hours or [0.0, 0.0]
+        builds = [a["artifact"] for a in row.artifacts if a["choice"] == "source build"]
+        lines.append(
+            f"  first deploy: {'no source build' if not builds else f'source builds of {chr(44).join(builds)}: about {low:g}-{high:g} h'}"
+            " (estimates, sglang_build_estimate_hours), then the canary (~3 min) and the model load (~10 min)"
+        )
     if rows:
         lines.append(
             f"audit: {rows[0].audit_model_class}, {rows[0].audit_algorithm}; "
