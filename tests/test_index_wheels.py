@@ -206,3 +206,100 @@ def test_sglang_0_5_13_needs_no_source_build_on_this_hardware():
     assert {"sm_120", "sm_120a"} <= set(choices["torch"]["judgement"]["gpu_code"])
     assert choices["flashinfer_jit_cache"]["choice"] == "JIT on first use"
     assert release["source_build_hours"] == [0, 0]
+
+
+def _cache_with(cache: Path, requirement: str, source: Path) -> None:
+    """An index-wheel cache holding ``source`` as the download of ``requirement`` (nothing fetched)."""
+    import shutil
+
+    target = cache / "wheels" / requirement
+    target.mkdir(parents=True)
+    shutil.copy(source, target / source.name)
+
+
+def test_apply_choices_takes_a_fitting_index_wheel_and_leaves_the_rest(tmp_path):
+    from sglang_sm120_controller.index_wheels import apply_choices
+
+    cache = tmp_path
+    _cache_with(cache, "torchvision==0.26.0", wheel("torchvision-0.26.0-*.whl"))
+    _cache_with(cache, "torchvision==0.24.1", wheel("torchvision-0.24.1-*.whl"))
+    # a pip that finds no wheel of anything, as the index has none of flashinfer-jit-cache
+    no_index = tmp_path / "pip-finds-nothing"
+    no_index.write_text("#!/bin/sh\necho 'ERROR: No matching distribution found for it' >&2\nexit 1\n")
+    no_index.chmod(0o755)
+    verify = rules("torchvision")
+    specs = [
+        {"name": "torch", "source": {"git": "x"}},
+        {"name": "new_tv", "index": "torchvision==0.26.0", "local_version": "cu130", "verify": verify, "source": {"git": "x"}},
+        {
+            "name": "old_tv",
+            "index": "torchvision==0.24.1",
+            "local_version": "cu130",
+            "verify": verify,
+            "source": {"git": "x"},
+            "prebuilt": {"wheelhouse": str(tmp_path / "none"), "pattern": "torchvision-0.24.1+cu130-*.whl"},
+        },
+        {"name": "jit", "index": "flashinfer-jit-cache==0.6.3", "optional": True, "verify": {}, "source": {"git": "x"}},
+        {"name": "sglang", "depends_on": ["torch", "new_tv", "old_tv", "jit"], "source": {"wheel": "sglang==0.5.9"}},
+    ]
+    out = {s["name"]: s for s in apply_choices(specs, cache, SONAMES, cuobjdump=cuobjdump(), python=str(no_index))}
+    assert list(out) == ["torch", "new_tv", "old_tv", "sglang"]  # the optional one without a wheel is left out
+    assert out["torch"] == specs[0]
+    taken = out["new_tv"]
+    assert "index" not in taken and "local_version" not in taken  # the index's own file, no +cu130 label
+    assert taken["prebuilt"]["pattern"] == wheel("torchvision-0.26.0-*.whl").name
+    assert Path(taken["prebuilt"]["wheelhouse"]).parent == cache / "wheels"
+    assert (
+        taken["prebuilt"]["origin"].startswith("the package index's own wheel, torchvision-0.26.0-")
+        and "CUDA 13" in taken["prebuilt"]["origin"]
+    )
+    kept = out["old_tv"]
+    assert kept["local_version"] == "cu130" and kept["prebuilt"]["pattern"] == "torchvision-0.24.1+cu130-*.whl"
+    assert "does not fit" in kept["prebuilt"]["origin"] and "libcudart.so.12" in kept["prebuilt"]["origin"]
+    assert out["sglang"]["depends_on"] == ["torch", "new_tv", "old_tv"]
+    # asked to build the optional one: it stays, as written
+    again = apply_choices(specs, cache, SONAMES, build_optional=["jit"], cuobjdump=cuobjdump(), python=str(no_index))
+    assert [s["name"] for s in again] == ["torch", "new_tv", "old_tv", "jit", "sglang"]
+    assert again[-1]["depends_on"] == ["torch", "new_tv", "old_tv", "jit"]
+
+
+def test_the_production_specs_of_0_5_13_take_every_cuda_artifact_from_the_index(tmp_path):
+    """The inventory as Ansible renders it (the lookup sglang_artifact_choices), SGLang 0.5.13: no spec is
+    left to a source build, FlashInfer's optional AOT cache is left out and nothing depends on it."""
+    import os
+
+    playbook = tmp_path / "render.yml"
+    out = tmp_path / "specs.json"
+    playbook.write_text(
+        "- hosts: gpu_hosts[0]\n  gather_facts: false\n  tasks:\n    - ansible.builtin.copy:\n"
+        f"        dest: {out}\n        content: \"{{{{ sglang_build_specs | to_nice_json }}}}\"\n        mode: '0644'\n"
+        "      delegate_to: localhost\n"
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_LOOKUP_PLUGINS": str(ROOT / "playbooks/lookup_plugins"),
+        "SGLANG_TOOLKIT_CACHE": str(CACHE),
+    }
+    done = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-playbook"),
+            "-i",
+            str(ROOT / "inventory/production"),
+            str(playbook),
+            "-e",
+            "stack_sglang_version=0.5.13",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    specs = {s["name"]: s for s in json.loads(out.read_text())}
+    assert list(specs) == ["torch", "flashinfer", "sgl_kernel", "torchvision", "torchaudio", "sglang"]
+    for name in ("torch", "flashinfer", "sgl_kernel", "torchvision", "torchaudio"):
+        assert specs[name]["prebuilt"]["origin"].startswith("the package index's own wheel"), specs[name]["prebuilt"]
+        assert "local_version" not in specs[name]
+    assert specs["sgl_kernel"]["prebuilt"]["pattern"] == "sglang_kernel-0.4.3-cp310-abi3-manylinux2014_x86_64.whl"
+    assert "flashinfer_jit_cache" not in specs["sglang"]["depends_on"]

@@ -69,6 +69,8 @@ def render(tmp_path: Path, *extra: str, cache: Path = CACHE, inventory: Path = R
     done = subprocess.run(
         [str(ANSIBLE), "gpu-01", "-i", str(inventory), "--playbook-dir", str(ROOT / "playbooks"), "-m", "debug"]
         + ["-a", json.dumps({"var": expression})]
+        # the specs as written: which index wheels the deploy takes instead is tests/test_index_wheels.py
+        + ["-e", "sglang_build_index_wheels=false"]
         + [arg for value in extra for arg in ("-e", value)],
         capture_output=True,
         text=True,
@@ -248,13 +250,13 @@ def test_production_specs_follow_0_5_23(tmp_path: Path) -> None:
 
 
 def test_one_variable_overrides_the_release(tmp_path: Path) -> None:
-    # torchvision follows torch through a recorded map that knows no 2.11.0: the render names it
-    failed = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.11.0")
-    assert "torch 2.11.0 has no recorded torchvision" in failed["error"] and "or set stack_torchvision_version" in failed["error"]
-    out = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.11.0", "stack_torchvision_version=0.26.0")
+    # torchvision follows torch through a recorded map that knows no 2.13.0: the render names it
+    failed = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.13.0")
+    assert "torch 2.13.0 has no recorded torchvision" in failed["error"] and "or set stack_torchvision_version" in failed["error"]
+    out = render(tmp_path, "stack_sglang_version=0.5.23", "stack_torch_version=2.13.0", "stack_torchvision_version=0.28.0")
     specs = by_name(out["specs"])
-    assert specs["torch"]["source"]["ref"] == "v2.11.0" and specs["torch"]["pins"] == ["triton==3.6.0"]
-    assert specs["torchvision"]["source"]["ref"] == "v0.26.0" and specs["torchvision"]["env"]["PYTORCH_VERSION"] == "2.11.0"
+    assert specs["torch"]["source"]["ref"] == "v2.13.0" and specs["torch"]["pins"] == ["triton==3.7.1"]
+    assert specs["torchvision"]["source"]["ref"] == "v0.28.0" and specs["torchvision"]["env"]["PYTORCH_VERSION"] == "2.13.0"
     assert specs["flashinfer"]["source"]["ref"] == "v0.7.2" and specs["sgl_kernel"]["package"] == "sglang-kernel"
     # a group's group_vars win over the release too
     inventory = tmp_path / "inventory"

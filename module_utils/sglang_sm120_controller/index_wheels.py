@@ -470,3 +470,75 @@ def release_costs(
             )
         )
     return choices, first_deploy_hours(choices)
+
+
+# ------------------------------------------------------------------ the deploy's build specs
+
+
+def _wheelhouse_has(prebuilt: Any) -> bool:
+    """Whether a spec's prebuilt wheelhouse on the controller holds a wheel its pattern matches."""
+    if not isinstance(prebuilt, Mapping) or "wheelhouse" not in prebuilt:
+        return False
+    return any(Path(str(prebuilt["wheelhouse"])).glob(str(prebuilt.get("pattern", "*.whl"))))
+
+
+def apply_choices(
+    specs: Sequence[Mapping[str, Any]],
+    cache: Path,
+    sonames: Mapping[str, int],
+    build_optional: Sequence[str] = (),
+    cuda_major: int = 13,
+    cuobjdump: Optional[str] = None,
+    python: str = sys.executable,
+) -> list[dict[str, Any]]:
+    """The build specs with each ``index:`` artifact resolved on the controller.
+
+    A spec's ``index`` (a requirement, e.g. ``torch==2.11.0``) names the package index's wheel of it;
+    that wheel is downloaded and judged with the spec's own ``verify``. When it fits, it becomes the
+    spec's prebuilt wheel (from the controller's index-wheel cache, copied to the host and verified
+    there as any prebuilt wheel is, the source build still behind it) and the spec loses its local
+    version label (the file installed is the index's own). When it does not, the spec stays as it was
+    (its prebuilt wheelhouse, else the source build) and its ``prebuilt.origin`` says why the index's
+    wheel was not taken; an ``optional`` spec (FlashInfer's AOT cache) is then dropped, with every
+    ``depends_on`` on it, unless its name is in ``build_optional``. Specs without ``index`` pass unchanged."""
+    out: list[dict[str, Any]] = []
+    dropped: set[str] = set()
+    for spec in specs:
+        spec = dict(spec)
+        requirement = spec.pop("index", None)
+        optional = bool(spec.pop("optional", False))
+        if not requirement:
+            out.append(spec)
+            continue
+        name = str(spec["name"])
+        choice = choose(
+            name,
+            str(requirement),
+            optional,
+            spec.get("verify") or {},
+            (0.0, 0.0),
+            cache,
+            None,
+            cuda_major,
+            cuobjdump,
+            python,
+            sonames,
+        )
+        if choice.choice == "index wheel" and choice.judgement is not None:
+            wheel = next(Path(cache, "wheels").glob(f"*/{choice.judgement.wheel}"))
+            spec["prebuilt"] = {
+                "wheelhouse": str(wheel.parent),
+                "pattern": wheel.name,
+                "origin": f"the package index's own wheel, {choice.judgement.wheel}: {choice.judgement.summary}",
+            }
+            spec.pop("local_version", None)
+        elif optional and name not in build_optional and not _wheelhouse_has(spec.get("prebuilt")):
+            dropped.add(name)
+            continue
+        elif isinstance(spec.get("prebuilt"), Mapping):
+            spec["prebuilt"] = {**spec["prebuilt"], "origin": f"a vetted wheel of the controller's wheelhouse, if any ({choice.evidence})"}
+        out.append(spec)
+    for spec in out:
+        if dropped & set(spec.get("depends_on") or []):
+            spec["depends_on"] = [d for d in spec["depends_on"] if d not in dropped]
+    return out

@@ -88,7 +88,7 @@ PREBUILT_KINDS = {
     "url": "the wheel at `url` (optionally checked against `sha256`)",
     "wheelhouse": "a wheel matching `pattern` in the controller directory `wheelhouse` (air-gapped hosts); none there: build",
 }
-PREBUILT_FIELDS = {"wheel", "index", "url", "sha256", "wheelhouse", "pattern"}
+PREBUILT_FIELDS = {"wheel", "index", "url", "sha256", "wheelhouse", "pattern", "origin"}  # origin: what the wheel is, for the record
 SOURCE_FIELDS = {"git", "ref", "submodules", "sdist", "wheel", "with_deps", "index", "wheelhouse", "pattern", "path"}
 VERIFY_FIELDS = {
     "cuda_arch": "compute capability every shared object with GPU code must carry machine code for: 12.0 accepts "
@@ -1101,7 +1101,9 @@ def wait(
                 _kill(job)
                 _discard(work)
                 raise BuildError(
-                    f"{name}: build exceeded {job['timeout_minutes']} minutes and was stopped; log {job['log']}:\n{tail(job['log'])}"
+                    f"{name}: build exceeded {job['timeout_minutes']} minutes and was stopped (the build spec's timeout_minutes: raise it "
+                    f"in the spec named {name} of sglang_build_specs, e.g. inventory/production/group_vars/all/build.yml, if the build "
+                    f"was progressing); log {job['log']}:\n{tail(job['log'])}"
                 )
             if not _alive(job):
                 time.sleep(0.5)
@@ -1174,6 +1176,8 @@ def wait(
     }
     if job.get("prebuilt_rejected"):
         record["prebuilt_rejected"] = job["prebuilt_rejected"]
+    if phase == "prebuilt" and isinstance(spec.get("prebuilt"), Mapping) and spec["prebuilt"].get("origin"):
+        record["prebuilt_origin"] = spec["prebuilt"]["origin"]
     record["installs"] = own_wheels(record)
     (out / ARTIFACT_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     final = cache_dir(root, name, key)
