@@ -9,7 +9,7 @@ INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
 ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # Longest first, dealt to parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
-SCENARIO_ORDER := service upgrade build ssh patches default cuda_apt
+SCENARIO_ORDER := service upgrade build ssh patches default cuda_apt monitoring
 SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 
@@ -19,13 +19,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench rehearsal venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench rehearsal venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, then pytest beside every molecule scenario ($(SCENARIOS))"
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
-	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures lab lab-down lint pytest molecule clean"
+	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt scripts/venv.sh
 	scripts/venv.sh $(VENV) $(PYTHON)
@@ -52,6 +52,11 @@ sglang-runtime: sglang-wheels
 fixtures: wheelhouse
 	$(VENV)/bin/python tests/fixtures/build-cuda-apt-repo.py
 
+# Debian's prometheus and prometheus-node-exporter .debs for offline hosts (.cache/monitoring-debs/),
+# and promtool from that package (.cache/promtool/bin/promtool) for the rule tests.
+promtool:
+	scripts/monitoring-debs.sh
+
 lab: images wheelhouse sglang-runtime
 	scripts/lab.sh up
 
@@ -76,15 +81,15 @@ lint: venv
 	for module in library/*.py; do \
 	  ansible-doc -M library "$$(basename "$$module" .py)" >/dev/null || { echo "lint: ansible-doc cannot read the docs of $$module" >&2; exit 1; }; done
 
-pytest: venv wheelhouse sglang-wheels sglang-runtime
+pytest: venv wheelhouse sglang-wheels sglang-runtime promtool
 	pytest tests
 
-molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime
+molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
 # make test: lint first (seconds), then pytest as one more job of the molecule lanes, second in the
 # queue, so it runs beside the longest scenario instead of before all of them.
-test: lint venv images wheelhouse fixtures sglang-wheels sglang-runtime
+test: lint venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
 	scripts/molecule-lanes.sh $(firstword $(SCENARIOS)) pytest $(wordlist 2,$(words $(SCENARIOS)),$(SCENARIOS))
 
 # The production build specs run as far as this machine allows (no GPU, no git): real sglang 0.5.9
