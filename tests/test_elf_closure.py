@@ -332,3 +332,53 @@ def test_a_runtime_the_venv_adds_through_a_pth_file_provides_its_torch(tmp_path:
     alone = scan_venv([site], ld_cache={}, default_dirs=()).unmet
     assert [(u.distribution, u.needed) for u in alone] == [("sglang", "libc10.so")]
     assert scan_venv([site], ld_cache={}, default_dirs=(), provider_sites=pth_dirs([site])).unmet == []
+
+
+def test_per_cuda_variants_pass_when_the_hosts_one_loads(lab: dict[str, Path], tmp_path: Path) -> None:
+    """torch_memory_saver 0.0.10 as the index ships it: <stem>_cu12, <stem>_cu13 and a plain <stem>
+    (CUDA 12) per hook; its Python loads the variant of the host's CUDA (seen failing the check on the
+    real GPU machine before this rule: tests/data/real-server/0.5.13-h200-index-release/closure.json)."""
+    cudart12 = next((lab["site"].parent.parent.parent.parent / "link-only").glob("libcudart.so.12"))
+    cudart13 = lab["host"] / "libcudart.so.13"
+    site = tmp_path / "site-packages"
+    names = []
+    for stem in ("hook_mode_preload", "hook_mode_torch"):
+        build(site / f"tms_{stem}_cu12.abi3.so", needs=(cudart12,))
+        build(site / f"tms_{stem}.abi3.so", needs=(cudart12,))
+        build(site / f"tms_{stem}_cu13.abi3.so", needs=(cudart13,))
+        names += [f"tms_{stem}_cu12.abi3.so", f"tms_{stem}.abi3.so", f"tms_{stem}_cu13.abi3.so"]
+    dist_info(site, "torch_memory_saver", "0.0.10", names)
+    closure = scan_venv([site], host_dirs=[str(lab["host"])], ld_cache={}, default_dirs=())
+    assert closure.unmet == []
+    allowed = {u.object: u.allowed for u in closure.allowed}
+    assert set(allowed) == {
+        "tms_hook_mode_preload_cu12.abi3.so",
+        "tms_hook_mode_preload.abi3.so",
+        "tms_hook_mode_torch_cu12.abi3.so",
+        "tms_hook_mode_torch.abi3.so",
+    }
+    assert "tms_hook_mode_preload_cu13.abi3.so loads on this host" in allowed["tms_hook_mode_preload.abi3.so"]
+    # a CUDA-12-only host: nothing to pick from on a CUDA-13 host without the cu13 objects
+    only12 = tmp_path / "only12"
+    build(only12 / "tms_hook_cu12.abi3.so", needs=(cudart12,))
+    build(only12 / "tms_hook.abi3.so", needs=(cudart12,))
+    dist_info(only12, "torch_memory_saver", "0.0.9", ["tms_hook_cu12.abi3.so", "tms_hook.abi3.so"])
+    failed = scan_venv([only12], host_dirs=[str(lab["host"])], ld_cache={}, default_dirs=())
+    assert {u.object for u in failed.unmet} == {"tms_hook_cu12.abi3.so", "tms_hook.abi3.so"} and failed.allowed == []
+
+
+def test_tvm_ffis_library_counts_as_loaded_by_pythons_import(tmp_path: Path) -> None:
+    """xgrammar's bindings need libtvm_ffi.so, which only apache-tvm-ffi's tvm_ffi/lib holds (no path of
+    xgrammar's leads there): `import tvm_ffi` has loaded it, as `import torch` loads torch/lib."""
+    site = tmp_path / "site-packages"
+    tvm = build(site / "tvm_ffi/lib/libtvm_ffi.so", "libtvm_ffi.so")
+    build(site / "xgrammar/libxgrammar_bindings.so", needs=(tvm,))
+    dist_info(site, "apache-tvm-ffi", "0.1.9", ["tvm_ffi/lib/libtvm_ffi.so"])
+    dist_info(site, "xgrammar", "0.2.1", ["xgrammar/libxgrammar_bindings.so"])
+    assert scan_venv([site], ld_cache={}, default_dirs=()).unmet == []
+    # elsewhere than tvm_ffi/lib, the same library is not taken
+    other = tmp_path / "other"
+    lib = build(other / "somepkg/libtvm_ffi.so", "libtvm_ffi.so")
+    build(other / "xgrammar/libxgrammar_bindings.so", needs=(lib,))
+    unmet = scan_venv([other], ld_cache={}, default_dirs=()).unmet
+    assert [(u.object, u.needed) for u in unmet] == [("xgrammar/libxgrammar_bindings.so", "libtvm_ffi.so")]

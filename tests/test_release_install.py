@@ -175,3 +175,46 @@ def test_the_verified_file_wins_over_an_upstream_wheel_of_the_same_version(tmp_p
     wheels = release_wheels(str(tmp_path / "build"), {"probe": record}, {})
     subprocess.run(install_argv(str(env / "bin" / "python"), wheels, True, [str(shelf)], None), check=True, capture_output=True)
     assert read_back(str(env), wheels)["installed"][0]["version"] == "1.0+cu130"
+
+
+def _wheel_with(directory: Path, name: str, files: dict[str, bytes]) -> Path:
+    """A wheel of `name` 1.0 holding `files` (path -> bytes) and its dist-info, RECORD with sha256s."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    members = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}" for p, b in members.items()
+    ]
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def test_a_file_two_wheels_both_ship_reads_back_as_the_last_installed(tmp_path: Path) -> None:
+    """flashinfer-python and torch-c-dlpack-ext both ship a top-level build_backend.py (SGLang 0.5.13's
+    closure, read back on the real GPU machine: tests/data/real-server/0.5.13-h200-index-release)."""
+    first = _wheel_with(tmp_path, "dlpackext", {"dlpackext/__init__.py": b"", "build_backend.py": b"A = 1\n"})
+    second = _wheel_with(tmp_path, "flashinferish", {"flashinferish/__init__.py": b"", "build_backend.py": b"B = 2\n"})
+    env = venv(tmp_path / "venv")
+    install(env, first)
+    install(env, second)
+    found = read_back(str(env), [expected(first, "a"), expected(second, "b")])
+    assert [i["distribution"] for i in found["installed"]] == ["dlpackext", "flashinferish"]
+    assert found["shared_files"] == [
+        "build_backend.py: dlpackext and flashinferish both ship it; on disk is flashinferish's, installed after"
+    ]
+    # a file changed on disk that matches neither wheel is still refused
+    site = next((env / "lib").glob("python3*/site-packages"))
+    (site / "build_backend.py").write_text("C = 3\n")
+    with pytest.raises(InstallError, match=r"build_backend\.py: file on disk sha256="):
+        read_back(str(env), [expected(first, "a"), expected(second, "b")])

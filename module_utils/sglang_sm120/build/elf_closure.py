@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import struct
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -79,7 +80,16 @@ DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", 
 LD_SO_CACHE = "/etc/ld.so.cache"
 # Directories of the venv (globs relative to site-packages) whose libraries are loaded before the
 # extensions needing them: torch's own, and NVIDIA's CUDA wheels that torch loads on import.
-VENV_LIBRARY_DIRS = ("torch/lib", "nvidia/*/lib", "nvidia/*/lib64")
+# Library directories of packages whose Python loads them before anything that needs them: torch's
+# and NVIDIA's wheels (``import torch``), and apache-tvm-ffi's (``import tvm_ffi`` loads
+# tvm_ffi/lib/libtvm_ffi.so; xgrammar and sgl-deep-gemm import it before their extensions, whose
+# libtvm_ffi.so is on no path of theirs: seen importing on the real GPU machine,
+# tests/data/real-server/0.5.13-h200-index-release).
+VENV_LIBRARY_DIRS = ("torch/lib", "nvidia/*/lib", "nvidia/*/lib64", "tvm_ffi/lib")
+# An object built once per CUDA major beside its siblings (torch_memory_saver: <stem>_cu12.abi3.so,
+# <stem>_cu13.abi3.so and a plain <stem>.abi3.so), of which the package's Python loads the one whose
+# libcudart loads (torch_memory_saver/utils.py picks ``<stem>_cu<major>``).
+CUDA_VARIANT = re.compile(r"^(?P<stem>.+?)_cu(?P<major>\d+)(?P<rest>\..+)$")
 ALLOWLIST_VARIABLE = "sglang_release_closure_allowlist"
 
 
@@ -597,9 +607,39 @@ def scan_venv(
             else:
                 unmet.allowed = allowlist[unmet.allowed_by]
                 closure.allowed.append(unmet)
+    _variants_that_load(closure, owners)
     used = {u.allowed_by for u in closure.allowed}
     closure.allowlist_unused = sorted(key for key in allowlist if key not in used)
     return closure
+
+
+def _variants_that_load(closure: Closure, owners: Mapping[str, tuple[str, Distribution]]) -> None:
+    """Move to ``allowed`` the failures of objects that are other CUDA variants of one that loads:
+    in a directory holding ``<stem>_cu<N><rest>`` objects (and perhaps ``<stem><rest>``), the
+    package loads the variant of the host's CUDA; only when none of them loads is that a failure."""
+    families: dict[tuple[str, str, str], list[str]] = {}
+    for rel, _ in owners.values():
+        match = CUDA_VARIANT.match(os.path.basename(rel))
+        if match:
+            families.setdefault((os.path.dirname(rel), match.group("stem"), match.group("rest")), []).append(rel)
+    if not families:
+        return
+    for (folder, stem, rest), members in list(families.items()):
+        plain = os.path.join(folder, stem + rest)
+        if any(rel == plain for rel, _ in owners.values()):
+            members.append(plain)
+    failing = {u.object for u in closure.unmet}
+    keep: list[Unmet] = []
+    for unmet in closure.unmet:
+        family = next((m for m in families.values() if unmet.object in m), None)
+        loading = sorted(m for m in family or [] if m not in failing)
+        if not loading:
+            keep.append(unmet)
+            continue
+        unmet.allowed_by = "(CUDA variant)"
+        unmet.allowed = f"another CUDA build of an object the package picks at import; {loading[0]} loads on this host"
+        closure.allowed.append(unmet)
+    closure.unmet = keep
 
 
 def pth_dirs(sites: Sequence[Path]) -> list[Path]:

@@ -190,7 +190,15 @@ def read_back(venv: str, wheels: Sequence[Mapping[str, Any]], cuobjdump: Optiona
     installed: list[dict[str, Any]] = []
     evidence: list[dict[str, Any]] = []
     problems: list[str] = []
-    for wheel in wheels:
+    shared: list[str] = []
+    files_of = {i: wheel_files(w["wheel"]) for i, w in enumerate(wheels)}
+    # A path two wheels of the release both ship (flashinfer-python and torch-c-dlpack-ext each put a
+    # top-level build_backend.py): on disk is the last one pip installed, which is right for that one.
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for i, files in files_of.items():
+        for rel, digest in files.items():
+            owners.setdefault(rel, []).append((wheels[i]["distribution"], digest))
+    for index, wheel in enumerate(wheels):
         dist, expected_version = wheel["distribution"], wheel["version"]
         label = f"{dist} ({wheel['artifact']})"
         copies = find_dist(sites, dist)
@@ -208,7 +216,7 @@ def read_back(venv: str, wheels: Sequence[Mapping[str, Any]], cuobjdump: Optiona
             continue
         record = read_record(dist_info)
         differ: list[str] = []
-        files = wheel_files(wheel["wheel"])
+        files = files_of[index]
         for rel, digest in files.items():
             if rel not in record:
                 differ.append(f"{rel} not in RECORD")
@@ -216,7 +224,10 @@ def read_back(venv: str, wheels: Sequence[Mapping[str, Any]], cuobjdump: Optiona
                 differ.append(f"{rel}: RECORD sha256={record[rel]}, verified wheel sha256={digest}")
             else:
                 on_disk = _disk_hash(site / rel)
-                if on_disk != digest:
+                other = [d for d, h in owners.get(rel, []) if d != dist and h == on_disk]
+                if on_disk != digest and other:
+                    shared.append(f"{rel}: {dist} and {other[0]} both ship it; on disk is {other[0]}'s, installed after")
+                elif on_disk != digest:
                     differ.append(f"{rel}: file on disk {'sha256=' + on_disk if on_disk else 'missing'}, verified wheel sha256={digest}")
         if differ:
             more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
@@ -263,7 +274,7 @@ def read_back(venv: str, wheels: Sequence[Mapping[str, Any]], cuobjdump: Optiona
         )
     if problems:
         raise InstallError("the release venv does not hold the verified wheels: " + " | ".join(problems))
-    return {"installed": installed, "sm120_verification": evidence}
+    return {"installed": installed, "sm120_verification": evidence, "shared_files": shared}
 
 
 def constraints_text(wheels: Sequence[Mapping[str, Any]]) -> str:
