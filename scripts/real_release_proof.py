@@ -30,6 +30,9 @@ library/sglang_release_install.py), and what each step saw is written to --out a
      started with the RELEASE VENV's Python: a Llama-shaped tiny target and its EAGLE-3 draft (bf16; the
      production Kimi NVFP4 target JIT-compiles Marlin on Hopper for longer than a canary budget,
      tests/data/real-server/0.5.13-h200-nvfp4-canary/), `--target kimi-nvfp4` takes that one instead.
+With --skipped-from-runtime (the re-run, rerun/ beside the first captures), the distributions pip skipped because the
+runtime already has that version are read from the runtime (OUT/from-runtime.json), and read_back runs on the others
+only: one wheel at a time and once with all of them, as library/sglang_release_install.py calls it.
 Writes OUT/report.json (all of it), OUT/install.log, OUT/readback.json, OUT/closure.json, OUT/gpu-op.json,
 OUT/canary/... ; never prints the canary's API key.
 """
@@ -51,7 +54,7 @@ from typing import Any, Callable
 from sglang_sm120.build.elf_closure import pth_dirs, role_allowlist, scan_venv
 from sglang_sm120.build.pipeline import file_sha256, normalize, wheel_name_version
 from sglang_sm120.patches.import_check import check_imports
-from sglang_sm120.release.install import install_argv, read_back, release_wheels, site_packages
+from sglang_sm120.release.install import find_dist, install_argv, read_back, release_wheels, site_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SPECS = ROOT / "inventory/production/group_vars/all/build.yml"
@@ -236,6 +239,37 @@ def readback_all(venv: Path, wheels: list[dict[str, Any]], cuobjdump: str | None
     return out
 
 
+def from_runtime(venv: Path, wheels: list[dict[str, Any]], skipped: list[str]) -> dict[str, Any]:
+    """The distributions pip skipped, as the runtime the venv's .pth names has them (the proof's stand-in torch's
+    runtime; a production release has none): its dist-info and version against the release wheel's."""
+    runtime = pth_dirs(site_packages(str(venv)))
+    out: dict[str, Any] = {}
+    for wheel in wheels:
+        key = normalize(wheel["distribution"])
+        if key not in skipped:
+            continue
+        copies = find_dist(runtime, wheel["distribution"])
+        out[key] = {
+            "wheel": Path(wheel["wheel"]).name,
+            "wheel_version": wheel["version"],
+            "runtime": [{"dist_info": str(d), "version": v} for _, d, v in copies],
+            "same_version": len(copies) == 1 and copies[0][2] == wheel["version"],
+        }
+    return out
+
+
+def readback_together(venv: Path, wheels: list[dict[str, Any]], cuobjdump: str | None) -> dict[str, Any]:
+    """read_back once with all the wheels, as library/sglang_release_install.py calls it (a file two wheels
+    both ship is judged only when read_back sees both)."""
+    t0 = time.monotonic()
+    try:
+        found = read_back(str(venv), wheels, cuobjdump)
+        result = {"ok": True, "shared_files": found.get("shared_files")}
+    except Exception as exc:
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]}
+    return {"wheels": len(wheels), "seconds": round(time.monotonic() - t0, 1), **result}
+
+
 def closure(venv: Path, cuda_home: str) -> dict[str, Any]:
     sites = site_packages(str(venv))
     found = scan_venv(sites, host_dirs=[f"{cuda_home}/lib64"], allowlist=role_allowlist(), provider_sites=pth_dirs(sites))
@@ -338,6 +372,11 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=540.0, help="seconds for everything; the canary's budget is cut to fit")
     parser.add_argument("--skip-canary", action="store_true")
     parser.add_argument(
+        "--skipped-from-runtime",
+        action="store_true",
+        help="read the distributions pip skipped (the .pth's runtime has that version) from the runtime, read_back the others only",
+    )
+    parser.add_argument(
         "--canary-arg",
         action="append",
         default=[],
@@ -367,9 +406,15 @@ def main() -> int:
         {k: w[k] for k in ("artifact", "distribution", "version", "sha256")} | {"file": Path(w["wheel"]).name} for w in wheels
     ]
     report["install"] = step(report, out, "install", lambda: install(python, wheels, out / "install.log"))
+    skipped = pip_skipped(out / "install.log")
+    if args.skipped_from_runtime:  # the re-run: the runtime (the proof's stand-in torch's) holds these, not the release's wheels
+        report["from_runtime"] = from_runtime(venv, wheels, skipped)
+        save(out, "from-runtime.json", report["from_runtime"])
+        wheels = [w for w in wheels if normalize(w["distribution"]) not in skipped]
     readback = step(report, out, "read_back", lambda: readback_all(venv, wheels, cuobjdump)) or {}
     save(out, "readback.json", readback)
-    skipped = pip_skipped(out / "install.log")
+    if args.skipped_from_runtime:
+        report["read_back_together"] = step(report, out, "read_back_together", lambda: readback_together(venv, wheels, cuobjdump))
     report["read_back"] = {
         "distributions": len(readback),
         "pip_skipped_same_version_in_runtime": skipped,
@@ -436,6 +481,11 @@ def main() -> int:
         "gpu_op_ran": bool(op) and all(v.get("ok") for v in op["ops"].values()),
         "canary": (report.get("canary") or {}).get("classified") if isinstance(report.get("canary"), dict) else None,
     }
+    if args.skipped_from_runtime:
+        report["verdict"]["read_back_distributions"] = len(readback)
+        report["verdict"]["skipped_same_version_in_runtime"] = len(report["from_runtime"])
+        report["verdict"]["skipped_all_same_version_in_runtime"] = all(v["same_version"] for v in report["from_runtime"].values())
+        report["verdict"]["read_back_together"] = bool((report.get("read_back_together") or {}).get("ok"))
     report["wheel_sha256_sglang_kernel"] = file_sha256(next(Path(args.wheels).glob("sglang_kernel-*.whl"))) if args.wheels else None
     save(out, "report.json", report)
     print(json.dumps(report["verdict"], indent=1))

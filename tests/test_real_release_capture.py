@@ -143,6 +143,39 @@ def test_the_first_try_failure_was_classified() -> None:
 
 
 def test_no_captured_file_holds_the_throwaway_key() -> None:
-    for path in CAPTURE.iterdir():
+    for path in (p for p in CAPTURE.rglob("*") if p.is_file()):  # rerun/ too
         assert not re.search(r"proof-[0-9a-f]{24}", path.read_text(errors="replace")), path
     assert REPORT["canary"]["key_found_in"] == []
+
+
+RERUN = CAPTURE / "rerun"  # the same bundle on the H200 again, with the checks of "Release checks that SGLang 0.5.13's ..."
+
+
+def test_the_rerun_closure_passed_with_the_variants_and_tvm_ffi() -> None:
+    closure = json.loads((RERUN / "closure.json").read_text())
+    assert closure["passed"] is True and closure["failure"] is None and closure["summary"]["unmet"] == []
+    assert closure["summary"]["objects_checked"] == 175
+    variants = [a for a in closure["summary"]["allowed"] if "another CUDA build of an object the package picks" in a]
+    assert len(variants) == 4 and all(a.startswith("torch_memory_saver 0.0.10: ") and "_cu13.abi3.so loads" in a for a in variants)
+    assert len(closure["summary"]["allowed"]) == 115 + 4  # torchcodec's FFmpeg needs by the role's list, as before
+    assert not any("libtvm_ffi.so" in a for a in closure["summary"]["allowed"])  # found in tvm_ffi/lib, not allowed
+
+
+def test_the_rerun_read_back_the_installed_distributions_and_the_kernel() -> None:
+    report = json.loads((RERUN / "report.json").read_text())
+    readback = json.loads((RERUN / "readback.json").read_text())
+    runtime = json.loads((RERUN / "from-runtime.json").read_text())
+    # the 13 pip skipped are the runtime's, each at the wheel's version; read_back ran on the other 103
+    assert report["read_back"]["pip_skipped_same_version_in_runtime"] == SKIPPED == sorted(runtime)
+    assert all(e["same_version"] and e["runtime"][0]["dist_info"].startswith("/opt/torch/.venv/") for e in runtime.values())
+    assert len(readback) == 103 and not set(readback) & set(SKIPPED)
+    # read_back as the module calls it (all the wheels at once) passed; one wheel at a time, the shared file still fails
+    together = report["read_back_together"]
+    assert together["ok"] and together["wheels"] == 103
+    assert together["shared_files"] == [
+        "build_backend.py: torch_c_dlpack_ext and flashinfer_python both ship it; on disk is flashinfer_python's, installed after"
+    ]
+    assert [name for name, entry in readback.items() if not entry["ok"]] == ["torch-c-dlpack-ext"]
+    (kernel,) = readback["sglang-kernel"]["installed"]
+    assert readback["sglang-kernel"]["ok"] and kernel["files_checked"] == 124 and kernel["wheel_sha256"] == JUDGEMENT["sha256"]
+    assert report["verdict"]["elf_closure_passed"] and report["verdict"]["canary"] == "served" and report["verdict"]["gpu_op_ran"]
