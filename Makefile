@@ -9,7 +9,7 @@ INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
 ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # Longest first, dealt to parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
-SCENARIO_ORDER := service upgrade build ssh patches default cuda_apt monitoring
+SCENARIO_ORDER := service upgrade build ssh quickstart patches default cuda_apt monitoring
 SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 

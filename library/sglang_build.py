@@ -73,6 +73,18 @@ options:
     description: Upper bound for derived jobs (0, none).
     type: int
     default: 0
+  parallel:
+    description:
+      - For C(state=cached), the most builds RV(groups) may start at once (1, one after the other). Builds run together only if
+        none depends on another still to build and the host affords them together (module_utils/sglang_sm120/build/parallel.py) -
+        with O(jobs) > 0, their jobs add up to no more than the cores and their memory to no more than the host's; with O(jobs)=0
+        each gets its derived share of cores and memory, at least O(parallel_min_jobs).
+    type: int
+    default: 1
+  parallel_min_jobs:
+    description: For C(state=cached) with O(jobs)=0, the fewest compile jobs a build may get to run beside another.
+    type: int
+    default: 4
   cuda_home:
     description: CUDA toolkit the build uses.
     type: path
@@ -94,6 +106,7 @@ attributes:
 extends_documentation_fragment:
   - sglang_sm120
   - sglang_sm120.no_diff
+  - sglang_sm120.lock_renewal
 """
 
 EXAMPLES = r"""
@@ -123,6 +136,16 @@ created:
   elements: str
   returned: state=cached
   sample: [/opt/sglang/build/wheelhouse]
+groups:
+  description:
+    - For C(state=cached), the RV(missing) items as groups built one after the other, the builds of one group started together,
+      with each build's compile jobs and why the group is so (together, or alone and why).
+  type: list
+  elements: dict
+  returned: state=cached
+  sample: [{names: [torch], jobs: {torch: 64}, why: "alone (nothing else to build is independent of it; 64 cores, 503 GiB; 64 jobs)"},
+           {names: [flashinfer_jit_cache, sgl_kernel], jobs: {flashinfer_jit_cache: 32, sgl_kernel: 32},
+            why: "together (independent of each other; 64 cores, 503 GiB; jobs: flashinfer_jit_cache 32, sgl_kernel 32)"}]
 cuobjdump:
   description: For C(state=cached), O(cuobjdump) when it exists on the host, else empty.
   type: str
@@ -170,6 +193,21 @@ last_line:
   type: str
   returned: when state is finished and the build still runs
   sample: "[1742/5120] Building CUDA object caffe2/CMakeFiles/torch_cuda.dir/..."
+progress:
+  description:
+    - Where the running build stands, for the toolkit's stdout callback (plugins/callback/sglang_progress.py), which prints it
+      at a steady interval instead of C(FAILED - RETRYING); module_utils/sglang_sm120/progress.py.
+    - C(phase) is the job's phase (C(prebuilt) or C(source)) and the last C(== <time> <step>) marker of its log.
+  type: dict
+  returned: when state is finished and the build still runs
+  sample: {what: "build of torch 3f2a9c1d0e4b", phase: "source: build", elapsed_s: 1845.0, timeout_s: 43200.0,
+           last_log_line: "[1742/5120] Building CUDA object caffe2/CMakeFiles/torch_cuda.dir/..."}
+  contains:
+    what: {description: What runs., type: str, sample: build of torch 3f2a9c1d0e4b}
+    phase: {description: Its phase., type: str, sample: "source: build"}
+    elapsed_s: {description: Seconds since the build started., type: float, sample: 1845.0}
+    timeout_s: {description: The spec's timeout_minutes in seconds (the build is stopped past it)., type: float, sample: 43200.0}
+    last_log_line: {description: The last non-blank line of the build log., type: str, sample: "[1742/5120] Building CUDA object ..."}
 artifact:
   description: The cache record (key, wheels with sha256 and verification evidence).
   type: dict
@@ -192,8 +230,11 @@ artifact:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_sm120.build.parallel import Host, build_groups
 from ansible.module_utils.sglang_sm120.build.pipeline import derive_jobs, find_cuobjdump, host_resources, start, survey, wait
 from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.progress import build_progress
+from ansible.module_utils.sglang_sm120.release.lock import renew
 
 
 def main() -> None:
@@ -210,9 +251,12 @@ def main() -> None:
             dep_dirs=dict(type="dict", default={}),
             jobs=dict(type="int", default=0),
             max_jobs=dict(type="int", default=0),
+            parallel=dict(type="int", default=1),
+            parallel_min_jobs=dict(type="int", default=4),
             cuda_home=dict(type="path", required=True),
             cuobjdump=dict(type="path"),
             wait_seconds=dict(type="float", default=30),
+            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
         ),
         required_if=[("state", "started", ("item",)), ("state", "finished", ("item",))],
         supports_check_mode=True,
@@ -221,10 +265,14 @@ def main() -> None:
 
 
 def build(p: dict, check_mode: bool) -> dict:
+    if p["lock_renewal"] and not check_mode:
+        renew(**p["lock_renewal"])  # each poll of a long build renews the deploy lock's heartbeat
     if p["state"] == "cached":
         result = survey(p["root"], p["items"], create=not check_mode)
         cuobjdump = p["cuobjdump"] if p["cuobjdump"] and os.path.exists(p["cuobjdump"]) else ""
-        return dict(changed=bool(result["created"]), cuobjdump=cuobjdump, **result)
+        host = Host(*host_resources(), jobs=p["jobs"], max_jobs=p["max_jobs"], parallel=p["parallel"], min_jobs=p["parallel_min_jobs"])
+        groups = [group.to_dict() for group in build_groups(p["items"], result["missing"], host)]
+        return dict(changed=bool(result["created"]), cuobjdump=cuobjdump, groups=groups, **result)
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
     if p["state"] == "started":
         result = start(
@@ -245,6 +293,8 @@ def build(p: dict, check_mode: bool) -> dict:
         return dict(changed=False, done=True, status="check-mode")
     cuobjdump = p["cuobjdump"] or find_cuobjdump(p["cuda_home"])
     result = wait(p["item"], p["root"], p["wait_seconds"], cuobjdump)
+    if not result["done"]:
+        result["progress"] = build_progress(p["item"], result)
     return dict(changed=result["status"] == "built", **result)
 
 

@@ -138,6 +138,7 @@ attributes:
 extends_documentation_fragment:
   - sglang_sm120
   - sglang_sm120.no_diff
+  - sglang_sm120.lock_renewal
 notes:
   - Reports C(changed=false), since the server is stopped again; only O(log) is written.
 """
@@ -290,6 +291,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible.module_utils.sglang_sm120.release.lock import Heartbeat
 from ansible.module_utils.sglang_sm120.serve.canary import (
     DEFAULT_PROMPTS,
     POLICIES,
@@ -328,6 +330,7 @@ def main() -> None:
             min_free_mib=dict(type="int", default=16384),
             kv_cache_dtype=dict(type="str"),
             sglang_version=dict(type="str", default=""),
+            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
         ),
         supports_check_mode=True,
     )
@@ -362,6 +365,8 @@ def canary(module: AnsibleModule, p: dict) -> dict:
             changed=False, ran=False, ok=None, phase="check mode", message="check mode: nothing started", placement=placement.to_dict(),
             command=command, argv=argv,
         )  # fmt: skip
+    # The canary blocks for minutes: a thread renews the deploy lock's heartbeat meanwhile.
+    heartbeat = Heartbeat(**p["lock_renewal"]).start() if p["lock_renewal"] else None
     result = run_canary(
         p["python"],
         p["module"],
@@ -376,6 +381,8 @@ def canary(module: AnsibleModule, p: dict) -> dict:
         user=p["user"] or None,
         sglang_version=p["sglang_version"] or None,
     ).to_dict()
+    if heartbeat is not None:
+        heartbeat.stop()  # fails if this run lost the lock meanwhile
     result.update(ran=True, placement=placement.to_dict())
     if not result["ok"]:
         msg = result.pop("message")

@@ -13,7 +13,7 @@ description:
     O(sglang_version) and O(argv) it judges the journal since the start with
     module_utils/sglang_sm120/serve/evidence.py (SGLang's own start-up lines, per version) and returns the verdict
     of each optimisation and those switched off.
-  - Changes nothing.
+  - Changes nothing, except the deploy lock's heartbeat when given O(lock_renewal).
 options:
   unit:
     description: systemd unit.
@@ -54,12 +54,17 @@ options:
     description: Journal lines returned as the tail.
     type: int
     default: 30
+  timeout:
+    description: The time limit of the start in seconds (the role's sglang_start_timeout), for RV(progress); 0 when there is none.
+    type: float
+    default: 0
 attributes:
   check_mode:
     description: Polls only; a check-mode run waits and reads the unit, the endpoint and the journal as a real run does.
 extends_documentation_fragment:
   - sglang_sm120
   - sglang_sm120.read_only
+  - sglang_sm120.lock_renewal
 """
 
 EXAMPLES = r"""
@@ -89,6 +94,20 @@ poll:
       type: str
       sample: "503"
     probe_seconds: {description: How long the last GET took., type: float, sample: 1.02}
+progress:
+  description:
+    - Where the start stands, for the toolkit's stdout callback (plugins/callback/sglang_progress.py), which prints it at a
+      steady interval instead of C(FAILED - RETRYING); module_utils/sglang_sm120/progress.py.
+  type: dict
+  returned: always
+  sample: {what: "start of sglang.service", phase: "/health 503, unit active", elapsed_s: 184.2, timeout_s: 1800.0,
+           last_log_line: "Load weight end. type=KimiK25ForConditionalGeneration"}
+  contains:
+    what: {description: What runs., type: str, sample: start of sglang.service}
+    phase: {description: What /health answered and the unit's ActiveState., type: str, sample: "/health 503, unit active"}
+    elapsed_s: {description: Seconds since O(started)., type: float, sample: 184.2}
+    timeout_s: {description: O(timeout)., type: float, sample: 1800.0}
+    last_log_line: {description: The last journal line., type: str, sample: "Load weight end. type=KimiK25ForConditionalGeneration"}
 journal_tail:
   description: The last O(journal_lines) journal lines of the unit since O(started).
   type: list
@@ -115,6 +134,8 @@ runtime_findings:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.progress import Progress, clean_line
+from ansible.module_utils.sglang_sm120.release.lock import renew
 from ansible.module_utils.sglang_sm120.serve.evidence import findings, judge, select_lines
 from ansible.module_utils.sglang_sm120.serve.health import journal, poll
 
@@ -131,13 +152,17 @@ def main() -> None:
             sglang_version=dict(type="str", default=""),
             argv=dict(type="list", elements="str", default=[]),
             journal_lines=dict(type="int", default=30),
+            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+            timeout=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )
-    run_module(module, lambda: health(module.params))
+    run_module(module, lambda: health(module.params, module.check_mode))
 
 
-def health(p: dict) -> dict:
+def health(p: dict, check_mode: bool = False) -> dict:
+    if p["lock_renewal"] and not check_mode:
+        renew(**p["lock_renewal"])  # each poll of a long start renews the deploy lock's heartbeat
     result = poll(
         p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"], probe_timeout=p["probe_timeout"]
     )
@@ -145,9 +170,17 @@ def health(p: dict) -> dict:
     if p["sglang_version"] and (result.healthy or result.crashed):
         lines = select_lines(journal(p["unit"], p["started"], 5000), p["sglang_version"])
         optimisations = judge(p["argv"], lines, None, p["sglang_version"])
+    progress = Progress(
+        what=f"start of {p['unit']}",
+        phase=f"/health {result.phase}, unit {result.active_state}",
+        elapsed_s=float(result.elapsed),
+        timeout_s=p["timeout"],
+        last_log_line=clean_line(result.last_line),
+    )
     return dict(
         changed=False,
         poll=result.to_dict(),
+        progress=progress.to_dict(),
         journal_tail=journal(p["unit"], p["started"], p["journal_lines"]),
         optimisations=optimisations,
         runtime_findings=findings(optimisations),

@@ -9,12 +9,16 @@ short_description: One deploy at a time per host
 description:
   - Thin wrapper around module_utils/sglang_sm120/release/lock.py. The lock file is a JSON record of its holder
     (run_id, user, controller, pid and start time of the controller's ansible-playbook process,
-    playbook, since), written to a temporary file and hard-linked into place, so it is created
-    exclusively and never seen empty.
+    playbook, since, renewed_at), written to a temporary file and hard-linked into place, so it is
+    created exclusively and never seen empty.
   - C(present) takes the lock, re-enters a lock this run holds, or fails naming the run that holds
     it. A lock of a run started from the same controller is taken over only when I(holder_check)
     (the controller's verdict, from the sglang_lock_holder lookup) says its process is gone; a
-    lock from another controller only when it is older than I(stale_minutes).
+    lock from another controller only when its holder has not renewed it (C(renewed_at), its
+    heartbeat) for I(heartbeat_timeout_minutes). A lock is never taken over because of its age.
+  - The holder renews the lock while it lives - each poll of a long wait (sglang_build,
+    sglang_health, sglang_canary, sglang_async_wait with their O(lock_renewal) option), and each call of this module
+    with C(state=present) by the same run.
   - C(absent) gives the lock back if this run holds it; with I(force=true) it breaks the lock
     whoever holds it.
 options:
@@ -33,10 +37,13 @@ options:
         playbook, controller_id, pid_start). C(absent) needs only run_id.
     type: dict
     required: true
-  stale_minutes:
-    description: A lock from another controller older than this is taken over.
+  heartbeat_timeout_minutes:
+    description:
+      - A lock from another controller whose holder has not renewed it for this long is taken over
+        (the take-over warning and a refusal print it). Independent of how long a build takes;
+        keep it above the longest task of a deploy that does not renew the lock.
     type: float
-    default: 240
+    default: 15
   defer_same_controller:
     description:
       - When the lock is held by another run of this same controller and no I(holder_check)
@@ -106,14 +113,14 @@ holder:
   type: dict
   returned: when state is present
   sample: {run_id: 3fa2c1d09e4b, user: alice, controller: ctl-1, pid: 41234, playbook: "Build, release and start SGLang",
-           since: 1767225600.5}
+           since: 1767225600.5, renewed_at: 1767225600.5}
 blocked_by:
   description: The record of another run of this controller that holds the lock (with I(defer_same_controller)).
   type: dict
   returned: when the controller must check that run's process
   sample: {run_id: 9b1e0c7a2d44, user: alice, controller: ctl-1, pid: 40001, since: 1767220000.0}
 took_over:
-  description: The record of the dead or stale run whose lock was taken over.
+  description: The record of the run, gone or silent past the heartbeat bound, whose lock was taken over.
   type: dict
   returned: when a lock was taken over
   sample: {run_id: 9b1e0c7a2d44, user: alice, controller: ctl-1, pid: 40001, since: 1767220000.0}
@@ -140,7 +147,7 @@ def main() -> None:
             path=dict(type="path", default="/opt/sglang/deploy.lock"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             holder=dict(type="dict", required=True),
-            stale_minutes=dict(type="float", default=240),
+            heartbeat_timeout_minutes=dict(type="float", default=15),
             defer_same_controller=dict(type="bool", default=False),
             holder_check=dict(type="dict"),
             break_hint=dict(type="str", default="remove {path} on the host"),
@@ -165,7 +172,7 @@ def lock(module: AnsibleModule, p: dict) -> dict:
     result = acquire(
         p["path"],
         p["holder"],
-        p["stale_minutes"],
+        p["heartbeat_timeout_minutes"],
         holder_check=p["holder_check"],
         defer_same_controller=p["defer_same_controller"],
         break_hint=p["break_hint"],

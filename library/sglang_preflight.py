@@ -71,6 +71,12 @@ options:
         RV(nvcc_version), else the nvcc on PATH.
     type: path
     default: /usr/local/cuda-13.0
+  setting_names:
+    description:
+      - The variable the caller set each option from (e.g. C(gpu_count) - C(preflight_gpu_count)); a problem an
+        option decides names that variable after it, so the message says what to change.
+    type: dict
+    default: {}
   save_facts:
     description:
       - Where to save the host's facts as JSON for the start gate (its directory is created, mode
@@ -265,10 +271,32 @@ def main() -> None:
             lspci=dict(type="str", default="lspci"),
             cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
             save_facts=dict(type="path"),
+            setting_names=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     run_module(module, lambda: preflight(module, module.params))
+
+
+# Which option decides a problem, by the words the checks (module_utils/sglang_sm120/host) use for it.
+PROBLEM_OPTIONS = (
+    (" GPUs, expected ", "gpu_count"),
+    ("expected a name matching", "gpu_name_pattern"),
+    (" has compute capability ", "gpu_compute_cap"),
+    (" runs driver ", "gpu_min_driver"),
+    ("cannot list GPUs", "nvidia_smi"),
+    (" GiB free at ", "disks"),
+    (" GiB of memory, expected ", "min_memory_gib"),
+)
+
+
+def name_the_settings(problems: list[str], names: dict) -> list[str]:
+    """Each problem with the variable its option was set from after it, where the caller named it."""
+    out = []
+    for problem in problems:
+        option = next((option for words, option in PROBLEM_OPTIONS if words in problem), None)
+        out.append(f"{problem} ({names[option]})" if option and names.get(option) else problem)
+    return out
 
 
 def preflight(module: AnsibleModule, params: dict) -> dict:
@@ -319,6 +347,8 @@ def preflight(module: AnsibleModule, params: dict) -> dict:
         problems=problems,
     )
     if problems:
+        problems = name_the_settings(problems, params["setting_names"])
+        result["problems"] = problems
         raise ToolkitError(f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
     return result
 

@@ -19,7 +19,8 @@ description:
     (a hash of controller_id, pid and pid_start, the same for every task of the run).
   - C(check) returns the controller's verdict on the lock record O(held) - C(dead) is true only if it
     was taken from this controller and its process no longer exists (or its pid now belongs to a
-    later process); C(why) says which.
+    later process); C(state) is running, gone, reused, unknown (the host then goes by the lock's
+    heartbeat) or elsewhere (another controller, where only the heartbeat can tell); C(why) says which.
 options:
   _terms:
     description: C(self) or C(check).

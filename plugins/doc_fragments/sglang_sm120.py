@@ -58,3 +58,25 @@ options:
     type: dict
     default: {}
 """
+
+    # Renewing the deploy lock on each poll (sglang_sm120.lock_renewal): sglang_build, sglang_health, sglang_canary, sglang_async_wait.
+    LOCK_RENEWAL = r"""
+options:
+  lock_renewal:
+    description:
+      - The deploy lock this run holds - each call renews its heartbeat (C(renewed_at)) before it
+        polls, so a long wait keeps the lock alive (module_utils/sglang_sm120/release/lock.py, renew).
+        The call fails, naming the lock's holder now, if this run no longer holds it (broken by hand,
+        or taken over once its heartbeat stopped).
+      - Omitted or empty, nothing is renewed. Nothing is renewed in check mode.
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        required: true
+      run_id:
+        description: This run's run_id (the sglang_lock_holder lookup's).
+        type: str
+        required: true
+"""

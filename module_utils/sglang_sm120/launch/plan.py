@@ -207,6 +207,9 @@ def write_model_files(scratch: str | Path, model_files: Mapping[str, Any]) -> di
 
 
 MODEL_FLAGS = (("model-path", "model"), ("speculative-draft-model-path", "draft"))
+# The inventory variable each model flag's path comes from in the toolkit's profiles
+# (inventory/*/group_vars/all/service.yml), named when the directory cannot be read.
+MODEL_PATH_VARIABLES = {"model-path": "stack_model_path", "speculative-draft-model-path": "stack_draft_model_path"}
 
 
 def start_gate(
@@ -325,7 +328,9 @@ def _gate_facts(
             shown = value if directory == value else f"{value} (its config files as given, read at {directory})"
             raise LaunchPlanError(
                 f"start gate: --{flag} {shown} cannot be read on this host: {exc}; SGLang would fail after starting. "
-                "Put the model there (config.json, its quantization config and weights) or change the profile's path; nothing changed"
+                f"Put the model there (config.json, its quantization config and weights) or set {MODEL_PATH_VARIABLES[flag]} "
+                f"(the inventory variable the profiles' --{flag} comes from; or the profile's path if it names one itself) "
+                "to where it is; nothing changed"
             ) from exc
     host = None
     if host_facts:

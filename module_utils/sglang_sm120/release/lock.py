@@ -8,8 +8,15 @@ Plain Python, standard library only, no Ansible imports. Two sides use it:
 
 The lock file is never visible empty: the full record is written to a temporary file in the same
 directory, then hard-linked to the lock path (the link fails if the lock exists, so creation is
-exclusive). Creating, taking over and removing happen under an flock of the lock's directory, so
-two runs that both find a dead run's lock cannot both take it.
+exclusive); a renewal replaces it by rename. Creating, renewing, taking over and removing happen
+under an flock of the lock's directory, so two runs that both find a dead run's lock cannot both
+take it.
+
+The holder renews the lock while it lives (renew(), called by every poll of a long wait, and by
+a Heartbeat around a module that blocks): the record's renewed_at is its heartbeat. A lock is
+taken over only when its holder is known to be gone - its process no longer exists on this
+controller, or (from another controller) its heartbeat stopped for longer than a bound that does
+not depend on how long a build takes - never because of its age.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import os
 import pwd
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +157,11 @@ def run_holder(playbook: str = "?", pid: int | None = None) -> dict[str, Any]:
 def check_holder(held: dict[str, Any], me: dict[str, Any]) -> dict[str, Any]:
     """The controller's verdict on a lock's holder: dead only if it ran here and its process is gone.
 
-    Returns run_id and since (so the host takes over only that exact lock), dead and why."""
+    Returns run_id and since (so the host takes over only that exact lock), dead, state (running,
+    gone, reused, unknown, or elsewhere for a run of another controller) and why."""
     verdict = {"run_id": held.get("run_id"), "since": held.get("since"), "dead": False}
     if held.get("controller_id") != me.get("controller_id") or not isinstance(held.get("pid"), int):
-        return {**verdict, "why": f"it was started from another controller ({held.get('controller', '?')})"}
+        return {**verdict, "state": "elsewhere", "why": f"it was started from another controller ({held.get('controller', '?')})"}
     pid, where = held["pid"], held.get("controller", "?")
     state = process_state(pid, str(held.get("pid_start", "?")))
     why = {
@@ -160,19 +170,46 @@ def check_holder(held: dict[str, Any], me: dict[str, Any]) -> dict[str, Any]:
         "running": f"its process {pid} is still running on {where}",
         "unknown": f"whether its process {pid} still runs on {where} cannot be told",
     }[state]
-    return {**verdict, "dead": state in ("gone", "reused"), "why": why}
+    return {**verdict, "dead": state in ("gone", "reused"), "state": state, "why": why}
 
 
 # ---------------------------------------------------------------------------------------------
 # The host side: the lock file.
 
 
-def describe(record: dict[str, Any]) -> str:
-    """run_id=..., user=..., controller=..., pid=..., playbook=..., since <UTC time>."""
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def _duration(seconds: float) -> str:
+    """12 s, 7 min, 3.5 h: how long ago, for a message."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def heartbeat(record: Mapping[str, Any]) -> float:
+    """When the holder last showed it lives: renewed_at, else since (a lock written before renewals
+    existed, or an unreadable one: its modification time)."""
+    for key in ("renewed_at", "since"):
+        value = record.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return 0.0
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """run_id=..., user=..., controller=..., pid=..., playbook=..., since <UTC time>, last renewed <UTC time>."""
     who = ", ".join(f"{key}={record[key]}" for key in ("run_id", "user", "controller", "pid", "playbook") if key in record)
     since = record.get("since")
     if isinstance(since, (int, float)):
-        who += ", since " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+        who += ", since " + _utc(since)
+    renewed = record.get("renewed_at")
+    if isinstance(renewed, (int, float)):
+        who += ", last renewed " + _utc(renewed)
     return who
 
 
@@ -196,9 +233,8 @@ def read(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _create(lock: Path, record: dict[str, Any]) -> None:
-    """Write the full record to a temporary file beside the lock, then link it to the lock path:
-    exclusive (FileExistsError if a lock exists) and never visible empty."""
+def _write_beside(lock: Path, record: Mapping[str, Any]) -> Path:
+    """The full record in a new temporary file beside the lock, flushed to disk."""
     tmp = lock.with_name(f".{lock.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -206,19 +242,38 @@ def _create(lock: Path, record: dict[str, Any]) -> None:
             json.dump(record, handle)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _create(lock: Path, record: Mapping[str, Any]) -> None:
+    """Link a full record to the lock path: exclusive (FileExistsError if a lock exists), never visible empty."""
+    tmp = _write_beside(lock, record)
+    try:
         os.link(tmp, lock)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _same_controller(held: dict[str, Any], holder: dict[str, Any]) -> bool:
+def _replace(lock: Path, record: Mapping[str, Any]) -> None:
+    """Replace the lock's record by rename: a reader sees the old record or the new one, never part of one."""
+    tmp = _write_beside(lock, record)
+    try:
+        os.replace(tmp, lock)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _same_controller(held: Mapping[str, Any], holder: Mapping[str, Any]) -> bool:
     return bool(held.get("controller_id")) and held.get("controller_id") == holder.get("controller_id") and isinstance(held.get("pid"), int)
 
 
 def acquire(
     path: str,
     holder: dict[str, Any],
-    stale_minutes: float,
+    heartbeat_timeout_minutes: float,
     *,
     holder_check: dict[str, Any] | None = None,
     defer_same_controller: bool = False,
@@ -227,16 +282,21 @@ def acquire(
 ) -> dict[str, Any]:
     """Take the lock for holder, or raise LockError naming the run that holds it.
 
-    A lock of this same run is re-entered. A lock whose run was started from this controller is
-    taken over only when holder_check (the controller's check_holder verdict on that very lock)
-    says its process is dead, never because of its age; without a verdict, defer_same_controller
-    returns blocked_by so the caller can ask the controller. A lock from another controller (or
-    unreadable) is taken over once it is older than stale_minutes. dry_run changes nothing.
+    A lock of this same run is re-entered (and renewed). A lock whose run was started from this
+    controller is taken over only when holder_check (the controller's check_holder verdict on that
+    very lock) says its process is gone; when the controller cannot tell, by the heartbeat rule
+    below; without a verdict, defer_same_controller returns blocked_by so the caller can ask the
+    controller. A lock from another controller (or unreadable) is taken over only once its holder
+    has not renewed it for heartbeat_timeout_minutes: never because of its age. dry_run changes nothing.
 
     Returns acquired (this call took it), held (the run holds it afterwards, or would), holder,
-    and took_over plus message when a dead or stale run's lock was taken over."""
+    and took_over plus message when a gone run's lock was taken over."""
     lock = Path(path)
-    record = {**holder, "since": time.time()}
+    now = time.time()
+    record = {**holder, "since": now, "renewed_at": now}
+    bound = float(heartbeat_timeout_minutes)
+    if not bound > 0:
+        raise LockError(f"the heartbeat bound must be more than 0 minutes, got {bound:g}: with it, a live run's lock would be taken over")
     if not dry_run:
         lock.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.nullcontext() if dry_run else directory_lock(lock.parent):
@@ -246,8 +306,13 @@ def acquire(
                 _create(lock, record)
             return {"acquired": not dry_run, "held": True, "holder": record}
         if current.get("run_id") == holder.get("run_id"):
+            if not dry_run and not current.get("unreadable"):
+                current = {**current, "renewed_at": now}
+                _replace(lock, current)
             return {"acquired": False, "held": True, "holder": current}
-        age = (time.time() - float(current.get("since") or 0)) / 60
+        silent = now - heartbeat(current)
+        stopped = silent >= bound * 60
+        heard = f"last renewed {_duration(silent)} ago; heartbeat bound {bound:g} min"
         hint = break_hint.format(path=path)
         if _same_controller(current, holder):
             matches = bool(holder_check) and (holder_check.get("run_id"), holder_check.get("since")) == (
@@ -256,27 +321,99 @@ def acquire(
             )
             if matches and holder_check.get("dead"):
                 message = f"took over the lock of a dead run: {describe(current)} ({holder_check.get('why')})"
+            elif matches and holder_check.get("state") == "unknown" and stopped:
+                message = (
+                    f"took over the lock of a run whose heartbeat stopped {_duration(silent)} ago, longer than the heartbeat bound "
+                    f"of {bound:g} min ({holder_check.get('why')}): {describe(current)}"
+                )
             elif defer_same_controller and not matches:
                 return {"acquired": False, "held": False, "holder": record, "blocked_by": current}
             else:
                 why = holder_check.get("why") if matches else "it was started from this controller and its process was not checked"
                 raise LockError(
-                    f"another deploy holds {path} ({describe(current)}; {age:.0f} min ago): {why}. "
+                    f"another deploy holds {path} ({describe(current)}; {heard}): {why}. "
                     f"A live run's lock is never taken over: wait for it, or stop it; if it is gone, break the lock: {hint}"
                 )
-        elif age >= stale_minutes:
-            message = f"took over a stale lock ({age:.0f} min old, more than {stale_minutes:g} min): {describe(current)}"
+        elif stopped:
+            message = (
+                f"took over the lock of a run whose heartbeat stopped {_duration(silent)} ago, longer than the heartbeat bound "
+                f"of {bound:g} min: {describe(current)}"
+            )
         else:
             raise LockError(
-                f"another deploy holds {path} ({describe(current)}; {age:.0f} min ago), started from another controller "
-                f"(its process cannot be checked from here). Wait for it; if that run is gone, break the lock: {hint} "
-                f"(a lock from another controller is taken over after {stale_minutes:g} min)"
+                f"another deploy holds {path} ({describe(current)}; {heard}), started from another controller: its process "
+                f"cannot be checked from here, and its heartbeat is alive. A live run's lock is never taken over, whatever its age: "
+                f"wait for it. It is taken over once its holder has not renewed it for {bound:g} min; if that run is gone, "
+                f"break the lock: {hint}"
             )
         record["took_over"] = {key: value for key, value in current.items() if key != "took_over"}
         if not dry_run:
             lock.unlink()
             _create(lock, record)
         return {"acquired": not dry_run, "held": True, "holder": record, "took_over": record["took_over"], "message": message}
+
+
+def renew(path: str, run_id: str) -> dict[str, Any]:
+    """Renew the heartbeat (renewed_at) of the lock run_id holds; returns the record written.
+
+    Raises LockError when run_id no longer holds the lock (it was broken by hand, or taken over
+    because no renewal came for longer than the bound): the caller stops, so two deploys never
+    run side by side."""
+    lock = Path(path)
+    stop = "Stopping here so that two deploys never run side by side; run the playbook again to take the lock."
+    if not lock.parent.is_dir():
+        raise LockError(f"this run (run_id={run_id}) no longer holds the deploy lock {path}: its directory is gone. {stop}")
+    with directory_lock(lock.parent):
+        current = read(path)
+        if current is None:
+            raise LockError(f"this run (run_id={run_id}) no longer holds the deploy lock {path}: it was removed (broken by hand?). {stop}")
+        if current.get("run_id") != run_id:
+            raise LockError(f"this run (run_id={run_id}) no longer holds the deploy lock {path}: {describe(current)} holds it now. {stop}")
+        record = {**current, "renewed_at": time.time()}
+        _replace(lock, record)
+        return record
+
+
+class Heartbeat:
+    """Renews the lock every every_seconds from a thread while a module blocks for minutes (the start
+    canary): start() renews at once and starts it; stop() ends it and raises the LockError of a
+    renewal that found the lock no longer run_id's (renewing stops there). Also a context manager."""
+
+    def __init__(self, path: str, run_id: str, every_seconds: float = 30.0) -> None:
+        self.path, self.run_id, self.every_seconds = path, run_id, every_seconds
+        self._stop = threading.Event()
+        self._lost: list[LockError] = []
+        self._thread = threading.Thread(target=self._beat, name="deploy-lock-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_seconds):
+            try:
+                renew(self.path, self.run_id)
+            except LockError as exc:
+                self._lost.append(exc)
+                return
+            except OSError:
+                continue  # a passing I/O error: the next beat tries again
+
+    def start(self) -> Heartbeat:
+        renew(self.path, self.run_id)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._lost:
+            raise self._lost[0]
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.stop()
+        else:
+            self._stop.set()  # the block's own error wins
 
 
 def release(path: str, run_id: str) -> bool:
