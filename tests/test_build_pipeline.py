@@ -96,8 +96,20 @@ def test_controller_source_content_is_in_the_key(tmp_path: Path) -> None:
         (lambda s: s.update(depends_on=["nothing"]), "depends_on 'nothing', which no spec defines"),
         (lambda s: s.update(verify={"device_code": "maybe"}), "verify.device_code must be one of"),
         (lambda s: s.pop("build"), "needs a `build` script"),
+        (lambda s: s.update(index=""), "`index` must be a requirement, found ''"),
+        (lambda s: s.update(optional="yes"), "`optional` must be true or false, found 'yes'"),
     ],
-    ids=["unknown-field", "no-source", "git-without-ref", "two-sources", "unknown-dep", "bad-verify", "no-build"],
+    ids=[
+        "unknown-field",
+        "no-source",
+        "git-without-ref",
+        "two-sources",
+        "unknown-dep",
+        "bad-verify",
+        "no-build",
+        "empty-index",
+        "optional-not-bool",
+    ],
 )
 def test_bad_specs_fail_naming_the_artifact(mutate: Any, message: str) -> None:
     spec = probe("x")

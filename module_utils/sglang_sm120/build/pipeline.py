@@ -72,6 +72,11 @@ SPEC_FIELDS = {
     "verify": "what every wheel must show: cuda_arch, ptx_ok, cudart, device_code, arch_objects, other_arch_objects (VERIFY_FIELDS)",
     "install": "whether releases install it (false: build-only, e.g. a test fixture)",
     "timeout_minutes": "build time limit",
+    "index": (
+        "the package index's wheel of this artifact, as a requirement (torch==2.11.0): judged on the controller by the "
+        "lookup sglang_artifact_choices, which makes it `prebuilt` when it fits and removes this field; ignored here"
+    ),
+    "optional": "true: left out when neither `index` nor `prebuilt` yields a wheel (sglang_artifact_choices); ignored here",
 }
 SOURCE_KINDS = {
     "git": "clone `git` at `ref` (a tag or commit) with submodules, then run `build`",
@@ -157,6 +162,11 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
     )
     unknown = sorted(set(spec) - set(SPEC_FIELDS))
     _need(not unknown, name, f"unknown field {', '.join(unknown)}; known fields: {', '.join(SPEC_FIELDS)}")
+    if "index" in spec:
+        requirement = spec["index"]
+        _need(isinstance(requirement, str) and bool(requirement.strip()), name, f"`index` must be a requirement, found {requirement!r}")
+    if "optional" in spec:
+        _need(isinstance(spec["optional"], bool), name, f"`optional` must be true or false, found {spec['optional']!r}")
     source = spec.get("source")
     _need(
         isinstance(source, Mapping) and bool(source),
