@@ -3,17 +3,10 @@
 # every poll. Found by Ansible through ansible.cfg's callback_plugins; chosen by its stdout_callback.
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
-try:
-    from sglang_sm120.progress import Progress, Throttle, clock, progress_line, retry_line
-except ImportError:  # an ansible-playbook outside the toolkit's venv: the package root is the repository's module_utils/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "module_utils"))
-    from sglang_sm120.progress import Progress, Throttle, clock, progress_line, retry_line
+from sglang_sm120.progress import Progress, Throttle, clock, progress_line, retry_line
 
 DOCUMENTATION = """
 name: sglang_progress
