@@ -116,14 +116,15 @@ sm120_verification:
   elements: dict
   returned: success
   sample:
-    - artifact: torch
-      distribution: torch
-      version: 2.9.1+sm120
+    - artifact: sgl_kernel
+      distribution: sglang-kernel
+      version: 0.4.3
       read_from: >-
-        installed files (torch-2.9.1+sm120.dist-info/RECORD)
+        installed files (sglang_kernel-0.4.3.dist-info/RECORD)
         in /opt/sglang/releases/0002-1a2b3c4d/venv/lib/python3.12/site-packages
       witness: cuobjdump
-      shared_objects: [{path: torch/lib/libtorch_cuda.so, gpu_code: [sm_120], cudart_major: 13, rule: must carry the target}]
+      shared_objects:
+        - {path: sgl_kernel/sm100/common_ops.abi3.so, gpu_code: [sm_100a, sm_120a], cudart_major: 13, rule: must carry the target}
 library_closure:
   description: What the library check read and found; C(allowed) the unloadable libraries of allowlisted packages, with the reason.
   type: dict

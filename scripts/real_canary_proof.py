@@ -67,6 +67,22 @@ def plan_argv(keys: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def prepare(out: Path, work: Path) -> Path:
+    """Makes OUT and the work folder, and writes the API key file the plan's --config names (mode 0600) there."""
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    keys_file = work / "api-keys.yaml"
+    keys_file.write_text(f'api-key: "{KEY}"\n')
+    keys_file.chmod(0o600)
+    return keys_file
+
+
+def tiny(work: Path, target: str, draft: str) -> dict[str, Any]:
+    """Tiny models of tests/data/models/<target> and <draft> for one GPU in work (tiny_models.ensure)."""
+    models = ROOT / "tests/data/models"
+    return tiny_models.ensure(work, models / target, models / draft, ROOT / "files/tokenizer", tp_size=1)
+
+
 def gpus() -> tuple[str, list[canary.GpuMemory]]:
     text = subprocess.run(canary.GPU_QUERY, capture_output=True, text=True, check=True).stdout
     return text, canary.parse_gpu_memory(text)
@@ -98,20 +114,10 @@ def main() -> int:
     args = parser.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/canary-proof")
-    work.mkdir(parents=True, exist_ok=True)
-    keys_file = work / "api-keys.yaml"
-    keys_file.write_text(f'api-key: "{KEY}"\n')
-    keys_file.chmod(0o600)
+    keys_file = prepare(out, work)
     keys = {"api-key": KEY}
-    models = tiny_models.ensure(
-        work / "models",
-        ROOT / "tests/data/models/kimi-k2.5-nvfp4",
-        ROOT / "tests/data/models/kimi-k2.5-eagle3",
-        ROOT / "files/tokenizer",
-        tp_size=1,
-    )
+    models = tiny(work / "models", "kimi-k2.5-nvfp4", "kimi-k2.5-eagle3")
     hints = models["launch_hints"]
     env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", **hints.get("env", {})}
     summary: dict[str, Any] = {
@@ -153,13 +159,7 @@ def main() -> int:
         left = args.deadline - (time.monotonic() - t0)
         if args.draft_mismatch and left > 120:
             # 5. a draft made for another target (Llama-3.1-8B's EAGLE-3) with the Kimi-shaped target
-            other = tiny_models.ensure(
-                work / "models-mismatch",
-                ROOT / "tests/data/models/kimi-k2.5-nvfp4",
-                ROOT / "tests/data/models/llama-3.1-8b-eagle3",
-                ROOT / "files/tokenizer",
-                tp_size=1,
-            )
+            other = tiny(work / "models-mismatch", "kimi-k2.5-nvfp4", "llama-3.1-8b-eagle3")
             mismatch = canary.canary_argv(plan, other["target"], other["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
             summary["draft-mismatch"] = run("draft-mismatch", out, mismatch, env, args.sglang_version, keys, min(args.budget, left - 20))
         left = args.deadline - (time.monotonic() - t0)

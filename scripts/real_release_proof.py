@@ -293,22 +293,15 @@ def canary_phase(args: argparse.Namespace) -> int:
     spec = importlib.util.spec_from_file_location("real_canary_proof", ROOT / "scripts" / "real_canary_proof.py")
     proof = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(proof)  # type: ignore[union-attr]
-    from sglang_sm120.serve import canary, tiny_models
+    from sglang_sm120.serve import canary
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/release-canary")
-    work.mkdir(parents=True, exist_ok=True)
-    keys_file = work / "api-keys.yaml"
-    keys_file.write_text(f'api-key: "{proof.KEY}"\n')
-    keys_file.chmod(0o600)
-    models_dir = ROOT / "tests/data/models"
+    keys_file = proof.prepare(out, work)
     target, draft = (
         ("kimi-k2.5-nvfp4", "kimi-k2.5-eagle3") if args.target == "kimi-nvfp4" else ("llama-3.1-8b-instruct", "llama-3.1-8b-eagle3")
     )
-    models = tiny_models.ensure(
-        work / f"models-{args.target}", models_dir / target, models_dir / draft, ROOT / "files/tokenizer", tp_size=1
-    )
+    models = proof.tiny(work / f"models-{args.target}", target, draft)
     hints = models["launch_hints"]
     env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", **hints.get("env", {})}
     plan = proof.plan_argv(keys_file)

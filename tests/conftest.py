@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sglang_sm120.release import lock as deploy_lock
 from sglang_sm120.serve import bench_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,13 @@ def stack_value(name: str) -> object:
 
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
     return stack[name]
+
+
+def needed(path: Path, what: str, how: str) -> Path:
+    """`path`, when it exists; otherwise the test fails: no WHAT at PATH: run HOW first."""
+    if not path.exists():
+        pytest.fail(f"no {what} at {path}: run {how} first")
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +51,16 @@ def cuda_home() -> Path:
 def cuobjdump() -> Path:
     """NVIDIA's cuobjdump 13.2 (from its wheel), the independent witness for sm targets."""
     cache = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
-    tool = cache / "test-tools" / "nvidia" / "cu13" / "bin" / "cuobjdump"
-    if not tool.exists():
-        pytest.fail(f"no cuobjdump at {tool}: run `make wheelhouse` first")
-    return tool
+    return needed(cache / "test-tools" / "nvidia" / "cu13" / "bin" / "cuobjdump", "cuobjdump", "`make wheelhouse`")
 
 
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Debian's real promtool (`make promtool` unpacks it: scripts/monitoring-debs.sh)."""
+    return needed(CACHE / "promtool/bin/promtool", "promtool", "`make promtool` (scripts/monitoring-debs.sh)")
 
 
 @pytest.fixture(scope="session")
@@ -114,6 +125,17 @@ def upstream_reference() -> tuple[dict, dict, Any]:
     facts = yaml.safe_load((DATA / "upstream-build-facts.yml").read_text())
     index = yaml.safe_load(UPSTREAM_INDEX.read_text())
     return facts, index, load_reference(UPSTREAM_INDEX, index)
+
+
+def dead_run(lock: str, bound: float) -> tuple[dict, int]:
+    """`lock` taken (heartbeat bound `bound` minutes) by a deploy run of this controller whose process is then
+    gone (a `sleep`, killed and reaped): the dead run's holder record and its pid, which no longer exists."""
+    proc = subprocess.Popen(["sleep", "60"])
+    dead = deploy_lock.run_holder(playbook="deploy", pid=proc.pid)
+    assert deploy_lock.acquire(lock, dead, bound)["acquired"]
+    proc.kill()
+    proc.wait()
+    return dead, proc.pid
 
 
 def free_port() -> int:

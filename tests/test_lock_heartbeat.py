@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import dead_run
 from sglang_sm120.release import lock as deploy_lock
 from sglang_sm120.release.lock import Heartbeat, LockError, acquire, renew
 
@@ -90,18 +91,14 @@ def test_an_unreadable_lock_counts_from_its_modification_time(tmp_path: Path) ->
 
 def test_a_dead_process_of_this_controller_is_taken_over_even_with_a_fresh_heartbeat(tmp_path: Path) -> None:
     lock = str(tmp_path / "deploy.lock")
-    proc = subprocess.Popen(["sleep", "60"])
-    dead = deploy_lock.run_holder(playbook="deploy", pid=proc.pid)
-    assert acquire(lock, dead, 15)["acquired"]
-    proc.kill()
-    proc.wait()
+    _, pid = dead_run(lock, 15)
     renewed = json.loads(Path(lock).read_text())["renewed_at"]
     assert time.time() - renewed < 60, "the heartbeat is fresh: only the process check can tell it is gone"
     me = deploy_lock.run_holder(playbook="deploy")
     verdict = deploy_lock.check_holder(acquire(lock, me, 15, defer_same_controller=True)["blocked_by"], me)
     assert verdict["dead"] and verdict["state"] == "gone"
     result = acquire(lock, me, 15, holder_check=verdict)
-    assert result["took_over"]["pid"] == proc.pid and result["message"].startswith("took over the lock of a dead run")
+    assert result["took_over"]["pid"] == pid and result["message"].startswith("took over the lock of a dead run")
 
 
 def test_a_live_process_of_this_controller_keeps_its_lock_even_when_its_heartbeat_stopped(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, free_port, standin_server
+from conftest import CACHE, free_port, needed, standin_server
 from sglang_sm120_controller import prometheus_chart as pc
 
 PROMETHEUS = CACHE / "promtool/bin/prometheus"
@@ -40,8 +40,7 @@ def generate(url: str, tokens: int) -> None:
 @pytest.fixture()
 def scraped(tmp_path: Path) -> Iterator[tuple[str, float, float]]:
     """(Prometheus URL, start, end): the stand-in served requests for a few seconds while scraped every second."""
-    if not PROMETHEUS.exists():
-        pytest.fail(f"no prometheus at {PROMETHEUS}: run `make promtool` (scripts/monitoring-debs.sh) first")
+    needed(PROMETHEUS, "prometheus", "`make promtool` (scripts/monitoring-debs.sh)")
     with standin_server(["--enable-metrics", *SPEC], FAST) as server:
         port = free_port()
         target = server.removeprefix("http://")

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import CACHE, ROOT
+from conftest import ROOT
 from sglang_sm120_controller import monitoring_rules as mr
 
 ROLE = ROOT / "roles/sglang_monitoring"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-PROMTOOL = CACHE / "promtool/bin/promtool"
 
 
 def scrape_config(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], me: str, **overrides: Any) -> dict[str, Any]:
@@ -74,9 +73,7 @@ def test_the_lab_shape_prometheus_on_the_server_itself_no_router_no_gpu() -> Non
     assert config["global"]["scrape_interval"] == "5s" and config["rule_files"] == ["/etc/prometheus/rules.d/*.rules.yml"]
 
 
-def test_promtool_accepts_the_generated_configuration(tmp_path: Path) -> None:
-    if not PROMTOOL.exists():
-        pytest.fail(f"no promtool at {PROMTOOL}: run `make promtool` (scripts/monitoring-debs.sh) first")
+def test_promtool_accepts_the_generated_configuration(tmp_path: Path, promtool: Path) -> None:
     groups = {"gpu_hosts": ["gpu-01"], "router": ["router-01"]}
     hostvars = {"gpu-01": {"sglang_monitoring_host_exporters": {"node": 9100, "dcgm": 9400}}, "router-01": {}}
     rules = tmp_path / "rules.d"
@@ -87,7 +84,7 @@ def test_promtool_accepts_the_generated_configuration(tmp_path: Path) -> None:
         {**DEFAULTS, "groups": groups, "hostvars": hostvars, "inventory_hostname": "mon-01", "sglang_monitoring_rules_dir": str(rules)},
     )
     (tmp_path / "prometheus.yml").write_text(text)
-    proc = subprocess.run([str(PROMTOOL), "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, check=False)
+    proc = subprocess.run([str(promtool), "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "sglang-recording.rules.yml" in proc.stdout + proc.stderr
 

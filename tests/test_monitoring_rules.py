@@ -20,14 +20,13 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from conftest import CACHE, DATA, ROOT
+from conftest import DATA, ROOT
 from sglang_sm120_controller import monitoring_rules as mr
 
 ROLE = ROOT / "roles/sglang_monitoring"
 RECORDING = ROLE / "files/rules/sglang-recording.rules.yml"
 ALERTS = ROLE / "templates/sglang-alerts.rules.yml.j2"
 CAPTURE = DATA / "real-server/0.5.13-h200-toolkit/ep-metrics-key.txt"
-PROMTOOL = CACHE / "promtool/bin/promtool"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 TARGET = {"job": "sglang", "instance": "gpu-01:30000", "host": "gpu-01"}
 GROUP = {"host": "gpu-01", "instance": "gpu-01:30000", "job": "sglang"}
@@ -43,13 +42,6 @@ KINDS = {
     "sglang:token_usage": "gauge",
     "sglang:spec_accept_length": "gauge",
 }
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    if not PROMTOOL.exists():
-        pytest.fail(f"no promtool at {PROMTOOL}: run `make promtool` (scripts/monitoring-debs.sh) first")
-    return PROMTOOL
 
 
 @pytest.fixture(scope="module")

@@ -22,34 +22,7 @@ import yaml
 
 from conftest import CACHE, ROOT, by_name, upstream_reference
 from sglang_sm120.build.pipeline import plan
-from sglang_sm120_controller.rehearsal.build import (
-    RehearsalError,
-    arch_origin,
-    build_in_process,
-    check_arch_lists,
-    check_build_requires,
-    check_cmake_options,
-    check_cuda_arch_matches_cuobjdump,
-    check_cuda_pins,
-    check_facts_agree,
-    check_flashinfer_arch,
-    check_local_versions,
-    check_nvidia_keys,
-    check_ours_wins,
-    check_poll_not_recursive,
-    check_release,
-    check_source_identity,
-    check_triton_pin,
-    check_upstream_rejected,
-    compile_object,
-    objects_of_dir,
-    rehearsal_spec,
-    run_builds,
-    run_check,
-    standin_objects,
-    verify_standin,
-    write_standin_tree,
-)
+from sglang_sm120_controller.rehearsal import build as rb
 
 FACTS, _, REFERENCE = upstream_reference()
 PROBE = ROOT / "tests/fixtures/sm120-probe/probe.cu"
@@ -68,7 +41,7 @@ def run_reduced(rendered: dict[str, Any], specs_json: Path) -> subprocess.Comple
 
 
 def fails(check: Any, *args: Any) -> str:
-    outcome = run_check("x", check, *args)
+    outcome = rb.run_check("x", check, *args)
     assert not outcome.ok, outcome.line()
     return outcome.detail
 
@@ -77,18 +50,18 @@ def test_production_specs_pass_every_facts_check(specs: list[dict[str, Any]], re
     assert plan(specs, {"arch": "12.0"})
     stack = rendered["stack"]
     for check, args in [
-        (check_facts_agree, (FACTS, REFERENCE)),
-        (check_build_requires, (specs, FACTS, REFERENCE, "flashinfer")),
-        (check_build_requires, (specs, FACTS, REFERENCE, "flashinfer_jit_cache")),
-        (check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer")),
-        (check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer_jit_cache")),
-        (check_arch_lists, (specs, FACTS, stack["stack_cuda_arch"], stack["stack_cuda_version"])),
-        (check_cmake_options, (specs, FACTS)),
-        (check_triton_pin, (specs, FACTS)),
-        (check_flashinfer_arch, (specs, FACTS, stack["stack_cuda_version"])),
-        (check_local_versions, (specs, FACTS)),
+        (rb.check_facts_agree, (FACTS, REFERENCE)),
+        (rb.check_build_requires, (specs, FACTS, REFERENCE, "flashinfer")),
+        (rb.check_build_requires, (specs, FACTS, REFERENCE, "flashinfer_jit_cache")),
+        (rb.check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer")),
+        (rb.check_source_identity, (specs, FACTS, REFERENCE, stack, "flashinfer_jit_cache")),
+        (rb.check_arch_lists, (specs, FACTS, stack["stack_cuda_arch"], stack["stack_cuda_version"])),
+        (rb.check_cmake_options, (specs, FACTS)),
+        (rb.check_triton_pin, (specs, FACTS)),
+        (rb.check_flashinfer_arch, (specs, FACTS, stack["stack_cuda_version"])),
+        (rb.check_local_versions, (specs, FACTS)),
     ]:
-        outcome = run_check(check.__name__, check, *args)
+        outcome = rb.run_check(check.__name__, check, *args)
         assert outcome.ok, outcome.line()
 
 
@@ -98,10 +71,10 @@ def test_specs_whose_upstream_files_were_not_read_are_unchecked_not_passed(
 ) -> None:
     """torch v2.9.1 and sgl-kernel at sglang v0.5.9 are recorded unchecked: never a pass, never a failure."""
     for check, args in [
-        (check_build_requires, (specs, FACTS, REFERENCE, name)),
-        (check_source_identity, (specs, FACTS, REFERENCE, rendered["stack"], name)),
+        (rb.check_build_requires, (specs, FACTS, REFERENCE, name)),
+        (rb.check_source_identity, (specs, FACTS, REFERENCE, rendered["stack"], name)),
     ]:
-        outcome = run_check(check.__name__, check, *args)
+        outcome = rb.run_check(check.__name__, check, *args)
         assert outcome.unchecked and not outcome.ok and not outcome.failed, outcome.line()
         assert outcome.line().startswith(f"UNCHECKED {check.__name__}: {name}: ") and "was not read at the tag" in outcome.detail
 
@@ -148,20 +121,20 @@ def test_missing_build_requirement_fails_naming_it(specs: list[dict[str, Any]], 
     spec = by_name(specs, name)
     assert drop in spec["build_requires"]
     spec["build_requires"] = [r for r in spec["build_requires"] if r != drop]
-    detail = fails(check_build_requires, specs, FACTS, REFERENCE, name)
+    detail = fails(rb.check_build_requires, specs, FACTS, REFERENCE, name)
     assert named in detail and "pyproject.toml" in detail
 
 
 def test_flashinfer_without_any_build_requirement_fails(specs: list[dict[str, Any]]) -> None:
     by_name(specs, "flashinfer")["build_requires"] = []
-    detail = fails(check_build_requires, specs, FACTS, REFERENCE, "flashinfer")
+    detail = fails(rb.check_build_requires, specs, FACTS, REFERENCE, "flashinfer")
     assert "flashinfer: build_requires lacks setuptools>=77 " in detail and "flashinfer: build_requires lacks packaging>=24 " in detail
 
 
 def test_sgl_kernel_compile_threads_as_environment_variable_fails(specs: list[dict[str, Any]]) -> None:
     kernel = by_name(specs, "sgl_kernel")
     kernel["env"] = {"SGL_KERNEL_COMPILE_THREADS": "4"}
-    detail = fails(check_cmake_options, specs, FACTS)
+    detail = fails(rb.check_cmake_options, specs, FACTS)
     assert "sgl_kernel: SGL_KERNEL_COMPILE_THREADS is a CMake cache variable" in detail
     assert 'expected CMAKE_ARGS="-DSGL_KERNEL_COMPILE_THREADS=..."' in detail
 
@@ -170,31 +143,31 @@ def test_torch_without_triton_pin_fails(specs: list[dict[str, Any]]) -> None:
     torch = by_name(specs, "torch")
     torch["pins"] = []
     del torch["env"]["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
-    detail = fails(check_triton_pin, specs, FACTS)
+    detail = fails(rb.check_triton_pin, specs, FACTS)
     assert "torch: pins expected to hold triton==3.5.1, found []" in detail
     assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS expected to declare triton==3.5.1" in detail
 
 
 def test_flashinfer_plain_arch_list_fails(specs: list[dict[str, Any]]) -> None:
     by_name(specs, "flashinfer_jit_cache")["env"]["FLASHINFER_CUDA_ARCH_LIST"] = "12.0"
-    detail = fails(check_flashinfer_arch, specs, FACTS, "13.0.1")
+    detail = fails(rb.check_flashinfer_arch, specs, FACTS, "13.0.1")
     assert "flashinfer_jit_cache: env FLASHINFER_CUDA_ARCH_LIST expected '12.0f' on CUDA 13.0.1" in detail and "found '12.0'" in detail
 
 
 @pytest.mark.parametrize("name", ["torch", "flashinfer", "flashinfer_jit_cache", "sgl_kernel"])
 def test_missing_local_version_fails(specs: list[dict[str, Any]], name: str) -> None:
     by_name(specs, name).pop("local_version", None)
-    assert f"{name}: local_version expected 'cu130'" in fails(check_local_versions, specs, FACTS)
+    assert f"{name}: local_version expected 'cu130'" in fails(rb.check_local_versions, specs, FACTS)
 
 
 def test_build_poll_that_includes_itself_fails(tmp_path: Path) -> None:
     poll = tmp_path / "wait.yml"
     shutil.copy(ROOT / "roles/sglang_build/tasks/wait.yml", poll)
-    assert run_check("poll", check_poll_not_recursive, poll).ok
+    assert rb.run_check("poll", rb.check_poll_not_recursive, poll).ok
     tasks = yaml.safe_load(poll.read_text())
     tasks.append({"name": "Poll again", "when": "not done", "ansible.builtin.include_tasks": "wait.yml"})
     poll.write_text(yaml.safe_dump(tasks))
-    detail = fails(check_poll_not_recursive, poll)
+    detail = fails(rb.check_poll_not_recursive, poll)
     assert "includes wait.yml, the file itself" in detail and str(poll) in detail
 
 
@@ -202,9 +175,9 @@ def test_debian13_with_the_old_key_fails(tmp_path: Path) -> None:
     repos = tmp_path / "nvidia_repos"
     shutil.copytree(ROOT / "roles/cuda_toolkit/vars/nvidia_repos", repos)
     keys = {"debian13": "8793F200", "debian12": "3bf863cc"}
-    assert run_check("keys", check_nvidia_keys, repos, keys).ok
+    assert rb.run_check("keys", rb.check_nvidia_keys, repos, keys).ok
     shutil.copy(repos / "debian12.yml", repos / "debian13.yml")
-    detail = fails(check_nvidia_keys, repos, keys)
+    detail = fails(rb.check_nvidia_keys, repos, keys)
     assert "debian13.yml: expected key 8793F200" in detail and "found 3bf863cc.pub" in detail
 
 
@@ -213,11 +186,11 @@ def test_cuda_pins_that_differ_from_nvidia_meta_wheel_fail(rendered: dict[str, A
     if not meta.exists():
         pytest.fail(f"no {meta}: run `make wheelhouse` first")
     components = dict(rendered["stack"]["stack_cuda_components"])
-    assert run_check("pins", check_cuda_pins, meta, components).ok
+    assert rb.run_check("pins", rb.check_cuda_pins, meta, components).ok
     components["nvidia-cuda-runtime"] = "13.0.96"  # 13.0.2's runtime
-    assert "nvidia-cuda-runtime: expected 13.0.88, found 13.0.96" in fails(check_cuda_pins, meta, components)
+    assert "nvidia-cuda-runtime: expected 13.0.88, found 13.0.96" in fails(rb.check_cuda_pins, meta, components)
     del components["nvidia-cublas"]
-    assert "nvidia-cublas: expected 13.0.2.14, found missing" in fails(check_cuda_pins, meta, components)
+    assert "nvidia-cublas: expected 13.0.2.14, found missing" in fails(rb.check_cuda_pins, meta, components)
 
 
 @pytest.fixture(scope="session")
@@ -232,7 +205,7 @@ def test_cuda_arch_that_drops_suffixes_fails(
     tmp_path: Path, real_sgl_kernel: tuple[Path, Path], cuobjdump: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = [real_sgl_kernel[1] / "sgl_kernel/spatial_ops.abi3.so", real_sgl_kernel[1] / "sgl_kernel/flashmla_ops.abi3.so"]
-    assert run_check("arch", check_cuda_arch_matches_cuobjdump, ROOT / "bin/cuda-arch", str(cuobjdump), files, sys.executable).ok
+    assert rb.run_check("arch", rb.check_cuda_arch_matches_cuobjdump, ROOT / "bin/cuda-arch", str(cuobjdump), files, sys.executable).ok
     copy_root = tmp_path / "repo"
     shutil.copytree(ROOT / "bin", copy_root / "bin")
     shutil.copytree(ROOT / "module_utils", copy_root / "module_utils", ignore=shutil.ignore_patterns("__pycache__"))
@@ -243,19 +216,19 @@ def test_cuda_arch_that_drops_suffixes_fails(
     reader.write_text(dropped)
     # The copy's package root first: PYTHONPATH comes before the controller venv's .pth entry.
     monkeypatch.setenv("PYTHONPATH", str(copy_root / "module_utils"))
-    detail = fails(check_cuda_arch_matches_cuobjdump, copy_root / "bin/cuda-arch", str(cuobjdump), files, sys.executable)
+    detail = fails(rb.check_cuda_arch_matches_cuobjdump, copy_root / "bin/cuda-arch", str(cuobjdump), files, sys.executable)
     assert "spatial_ops.abi3.so: expected sm_100a, sm_120a, sm_80, sm_89, sm_90, sm_90a (cuobjdump), found" in detail
     assert "flashmla_ops.abi3.so: expected sm_100a, sm_90a (cuobjdump), found sm_100, sm_90" in detail
 
 
 def test_every_cuda_object_rule_rejects_the_real_sgl_kernel(specs: list[dict[str, Any]], real_sgl_kernel: tuple[Path, Path]) -> None:
     kernel = by_name(specs, "sgl_kernel")
-    objects = objects_of_dir(real_sgl_kernel[1], kernel["verify"])
-    ok = run_check("upstream", check_upstream_rejected, real_sgl_kernel[0], kernel, objects)
+    objects = rb.objects_of_dir(real_sgl_kernel[1], kernel["verify"])
+    ok = rb.run_check("upstream", rb.check_upstream_rejected, real_sgl_kernel[0], kernel, objects)
     assert ok.ok and "rejected as expected" in ok.detail and "libcudart.so.12" in ok.detail and "has version 0.3.21" in ok.detail
     kernel["verify"].pop("other_arch_objects")
-    strict = objects_of_dir(real_sgl_kernel[1], kernel["verify"])
-    detail = fails(check_upstream_rejected, real_sgl_kernel[0], kernel, strict)
+    strict = rb.objects_of_dir(real_sgl_kernel[1], kernel["verify"])
+    detail = fails(rb.check_upstream_rejected, real_sgl_kernel[0], kernel, strict)
     assert "sgl_kernel/flash_ops.abi3.so: expected sm_120 or sm_120a or sm_120f, found" in detail
 
 
@@ -271,10 +244,10 @@ def standins(
     names = [p.relative_to(real_sgl_kernel[1]).as_posix() for p in real_sgl_kernel[1].rglob("*") if p.is_file()]
     specs = {s["name"]: s for s in rendered["specs"]}
     cuda = rendered["stack"]["stack_cuda_version"]
-    objects = {n: standin_objects(specs[n], FACTS, names, cuda) for n in ("torch", "sgl_kernel")}
-    compiled = {t: compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for o in objects.values() for t in o.values()}
+    objects = {n: rb.standin_objects(specs[n], FACTS, names, cuda) for n in ("torch", "sgl_kernel")}
+    compiled = {t: rb.compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for o in objects.values() for t in o.values()}
     trees = {
-        n: write_standin_tree(specs[n], FACTS, rendered["stack"], root / "src" / n, BACKEND, compiled, objects[n], "cp311", REFERENCE)
+        n: rb.write_standin_tree(specs[n], FACTS, rendered["stack"], root / "src" / n, BACKEND, compiled, objects[n], "cp311", REFERENCE)
         for n in objects
     }
     return {"root": root, "trees": trees, "specs": specs, "names": names, "stack": rendered["stack"]}
@@ -287,11 +260,11 @@ def copy_tree(src: Path, dest: Path) -> Path:
 
 def test_standin_carries_what_the_real_build_does(standins: dict[str, Any], tmp_path: Path) -> None:
     spec = standins["specs"]["sgl_kernel"]
-    wheel = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "src"), spec, FACTS, tmp_path / "out")
+    wheel = rb.build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "src"), spec, FACTS, tmp_path / "out")
     assert wheel.name == "sgl_kernel-0.3.21+cu130-cp310-abi3-linux_x86_64.whl"
-    assert "sm_120a" in verify_standin(wheel, spec, "cp310-abi3-linux_x86_64")
+    assert "sm_120a" in rb.verify_standin(wheel, spec, "cp310-abi3-linux_x86_64")
     torch = standins["specs"]["torch"]
-    wheel = build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch"), torch, FACTS, tmp_path / "out")
+    wheel = rb.build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch"), torch, FACTS, tmp_path / "out")
     import zipfile
 
     metadata = zipfile.ZipFile(wheel).read("torch-2.9.1+cu130.dist-info/METADATA").decode()
@@ -307,14 +280,15 @@ def test_sgl_kernel_standin_without_sm120_fails_verification_naming_the_option(
     spec = copy.deepcopy(standins["specs"]["sgl_kernel"])
 
     def build(cuda: str, name: str) -> tuple[Path, str]:
-        objects = standin_objects(spec, FACTS, standins["names"], cuda)
-        compiled = {t: compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for t in set(objects.values())}
-        tree = write_standin_tree(spec, FACTS, standins["stack"], tmp_path / name / "src", BACKEND, compiled, objects, "cp311", REFERENCE)
-        wheel = build_in_process(tree, spec, FACTS, tmp_path / name / "out")
-        return wheel, arch_origin(spec, FACTS, cuda)
+        objects = rb.standin_objects(spec, FACTS, standins["names"], cuda)
+        compiled = {t: rb.compile_object(cuda_home, PROBE, t, CACHE / "rehearsal/objects") for t in set(objects.values())}
+        src = tmp_path / name / "src"
+        tree = rb.write_standin_tree(spec, FACTS, standins["stack"], src, BACKEND, compiled, objects, "cp311", REFERENCE)
+        wheel = rb.build_in_process(tree, spec, FACTS, tmp_path / name / "out")
+        return wheel, rb.arch_origin(spec, FACTS, cuda)
 
     wheel, origin = build("12.6.3", "off")  # the defect: CMAKE_ARGS that give no SM120 code on this CUDA
-    detail = fails(verify_standin, wheel, spec, "cp310-abi3-linux_x86_64", origin)
+    detail = fails(rb.verify_standin, wheel, spec, "cp310-abi3-linux_x86_64", origin)
     assert detail.startswith("sgl_kernel: ") and "expected sm_120 or sm_120a or sm_120f" in detail and "sm_90a" in detail
     assert (
         "(its objects' code: env CMAKE_ARGS='-DSGL_KERNEL_COMPILE_THREADS=4 -DENABLE_BELOW_SM90=OFF' on CUDA 12.6.3 gives sm_90, sm_90a "
@@ -322,29 +296,29 @@ def test_sgl_kernel_standin_without_sm120_fails_verification_naming_the_option(
     )
     spec["env"]["CMAKE_ARGS"] += " -DSGL_KERNEL_ENABLE_SM100A=ON"  # the option the rule reads
     wheel, origin = build("12.6.3", "on")
-    assert "sm_120a" in verify_standin(wheel, spec, "cp310-abi3-linux_x86_64", origin)
+    assert "sm_120a" in rb.verify_standin(wheel, spec, "cp310-abi3-linux_x86_64", origin)
 
 
 def test_unlabelled_kernel_is_shadowed_by_the_upstream_wheel(
     standins: dict[str, Any], tmp_path: Path, real_sgl_kernel: tuple[Path, Path]
 ) -> None:
     spec = copy.deepcopy(standins["specs"]["sgl_kernel"])
-    ours = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "a"), spec, FACTS, tmp_path / "ours")
+    ours = rb.build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "a"), spec, FACTS, tmp_path / "ours")
     links = [ours.parent, real_sgl_kernel[0].parent]
-    assert run_check("shadow", check_ours_wins, sys.executable, spec, "0.3.21", ours, real_sgl_kernel[0], links).ok
+    assert rb.run_check("shadow", rb.check_ours_wins, sys.executable, spec, "0.3.21", ours, real_sgl_kernel[0], links).ok
     spec.pop("local_version")  # the defect: same version as upstream's, no +cu130
-    plain = build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "b"), spec, FACTS, tmp_path / "plain")
+    plain = rb.build_in_process(copy_tree(standins["trees"]["sgl_kernel"], tmp_path / "b"), spec, FACTS, tmp_path / "plain")
     assert plain.name == "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl"
-    detail = fails(check_ours_wins, sys.executable, spec, "0.3.21", plain, real_sgl_kernel[0], [plain.parent, real_sgl_kernel[0].parent])
+    detail = fails(rb.check_ours_wins, sys.executable, spec, "0.3.21", plain, real_sgl_kernel[0], [plain.parent, real_sgl_kernel[0].parent])
     assert "expected pip to take ours, found it takes sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl" in detail
 
 
 def torch_artifact(standins: dict[str, Any], root: Path, tmp_path: Path) -> dict[str, Any]:
     """A cached torch artifact (the stand-in wheel and its record) as the pipeline leaves it."""
-    torch = rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
+    torch = rb.rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
     item = plan([torch], {"arch": "12.0"})[0].to_dict()
     directory = root / "wheelhouse" / "torch" / item["key"]
-    wheel = build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch-src"), torch, FACTS, directory)
+    wheel = rb.build_in_process(copy_tree(standins["trees"]["torch"], tmp_path / "torch-src"), torch, FACTS, directory)
     record = {
         "name": "torch",
         "package": "torch",
@@ -372,11 +346,11 @@ def test_dependency_install_without_no_deps_fails_the_build(
         return [" ".join([f"{venv_pip} install --quiet --no-index", *files])] if files else []
 
     monkeypatch.setattr(build_pipeline, "dependency_install", old_dependency_install)
-    kernel = rehearsal_spec(standins["specs"]["sgl_kernel"], standins["trees"]["sgl_kernel"])
-    torch = rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
+    kernel = rb.rehearsal_spec(standins["specs"]["sgl_kernel"], standins["trees"]["sgl_kernel"])
+    torch = rb.rehearsal_spec(standins["specs"]["torch"], standins["trees"]["torch"])
     item = next(p.to_dict() for p in plan([torch, kernel], {"arch": "12.0"}) if p.name == "sgl_kernel")
     assert item["depends_on"] == ["torch"]
-    results = run_builds(
+    results = rb.run_builds(
         [item], root, {"sgl_kernel": str(standins["trees"]["sgl_kernel"])}, str(cuda_home), records={"torch": {"key": torch_item["key"]}}
     )
     outcome = results["sgl_kernel"]
@@ -443,14 +417,14 @@ def test_release_evidence_copied_from_build_records_fails(tmp_path: Path) -> Non
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     with pytest.raises(
-        RehearsalError, match=r"sgl-kernel: expected sm_120 evidence read from the installed files, found 'build record artifact.json'"
+        rb.RehearsalError, match=r"sgl-kernel: expected sm_120 evidence read from the installed files, found 'build record artifact.json'"
     ):
-        check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
+        rb.check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
     result["installed"][0]["version"] = "0.3.21"  # PyPI's won
-    with pytest.raises(RehearsalError, match=r"sgl-kernel: expected 0\.3\.21\+cu130 \(ours\), found 0\.3\.21"):
-        check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
-    with pytest.raises(RehearsalError, match=r"triton: expected 3\.5\.1 \(pinned with torch\), found not installed"):
-        check_release(result, venv, {}, ["triton==3.5.1"])
+    with pytest.raises(rb.RehearsalError, match=r"sgl-kernel: expected 0\.3\.21\+cu130 \(ours\), found 0\.3\.21"):
+        rb.check_release(result, venv, {"sgl-kernel": "0.3.21+cu130"}, [])
+    with pytest.raises(rb.RehearsalError, match=r"triton: expected 3\.5\.1 \(pinned with torch\), found not installed"):
+        rb.check_release(result, venv, {}, ["triton==3.5.1"])
 
 
 def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path: Path) -> None:

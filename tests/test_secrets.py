@@ -45,6 +45,13 @@ def encrypt_file(path: Path, password_file: Path) -> None:
     subprocess.run([str(BIN / "ansible-vault"), "encrypt", str(path)], env=vault_env(password_file), check=True, capture_output=True)
 
 
+def vaulted(path: Path, text: str, password_file: Path) -> Path:
+    """`path` written with `text`, then vaulted whole (encrypt_file)."""
+    path.write_text(text)
+    encrypt_file(path, password_file)
+    return path
+
+
 def encrypt_string(value: str, name: str, password_file: Path) -> str:
     """ansible-vault encrypt_string --name, as an operator vaults one value."""
     proc = subprocess.run(
@@ -111,12 +118,8 @@ def test_a_key_in_plain_text_in_a_file_is_refused_by_file_and_line_with_both_way
 def test_the_three_vaulted_forms_are_accepted(tmp_path: Path, password_file: Path) -> None:
     inline = tmp_path / "inline.yml"
     inline.write_text(encrypt_string(KEY, "sglang_service_api_key", password_file))
-    whole = tmp_path / "vault.yml"
-    whole.write_text(f"sglang_service_api_key: {KEY}\n")
-    encrypt_file(whole, password_file)
-    extra = tmp_path / "secrets.yml"
-    extra.write_text(f"sglang_service_admin_api_key: {ADMIN}\n")
-    encrypt_file(extra, password_file)
+    whole = vaulted(tmp_path / "vault.yml", f"sglang_service_api_key: {KEY}\n", password_file)
+    extra = vaulted(tmp_path / "secrets.yml", f"sglang_service_admin_api_key: {ADMIN}\n", password_file)
     decrypted = {str(whole): f"sglang_service_api_key: {KEY}\n", str(extra): f"sglang_service_admin_api_key: {ADMIN}\n"}
 
     for path, kind, name, value, form in [
@@ -214,12 +217,8 @@ def deploy_check(tmp_path: Path, host_vars: dict[str, str], args: list[str], pas
 
 
 def test_the_role_accepts_a_whole_file_vault_an_inline_vault_and_a_vaulted_extra_vars_file(tmp_path: Path, password_file: Path) -> None:
-    vault = tmp_path / "vault.yml"
-    vault.write_text(f"sglang_service_api_key: {KEY}\n")
-    encrypt_file(vault, password_file)
-    secrets = tmp_path / "secrets.yml"
-    secrets.write_text(f"sglang_service_admin_api_key: {ADMIN}\n")
-    encrypt_file(secrets, password_file)
+    vault = vaulted(tmp_path / "vault.yml", f"sglang_service_api_key: {KEY}\n", password_file)
+    secrets = vaulted(tmp_path / "secrets.yml", f"sglang_service_admin_api_key: {ADMIN}\n", password_file)
     for host_vars, args in [
         ({"vault.yml": vault.read_text()}, []),
         ({"main.yml": encrypt_string(KEY, "sglang_service_api_key", password_file)}, []),
@@ -286,9 +285,7 @@ def test_a_deploy_without_the_vault_password_stops_with_the_toolkits_hint_naming
     inventory = tmp_path / "inventory"
     (inventory / "host_vars" / "gpu-01").mkdir(parents=True)
     (inventory / "hosts.yml").write_text("all:\n  hosts:\n    gpu-01:\n      ansible_connection: local\n")
-    vault = inventory / "host_vars" / "gpu-01" / "vault.yml"
-    vault.write_text(f"sglang_service_api_key: {KEY}\n")
-    encrypt_file(vault, password_file)
+    vault = vaulted(inventory / "host_vars" / "gpu-01" / "vault.yml", f"sglang_service_api_key: {KEY}\n", password_file)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks/unlock.yml")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=vault_env(None), cwd=ROOT, check=False)
     out = proc.stdout + proc.stderr
@@ -311,9 +308,7 @@ def test_listening_beyond_loopback_needs_a_key(tmp_path: Path, password_file: Pa
     assert proc.returncode != 0
     assert "sglang_service_host is 0.0.0.0: SGLang would serve anyone who reaches that address" in out
     assert "nothing was built or changed" in out and "api_keys=" not in out
-    vault = tmp_path / "vault.yml"
-    vault.write_text(f"sglang_service_api_key: {KEY}\n")
-    encrypt_file(vault, password_file)
+    vault = vaulted(tmp_path / "vault.yml", f"sglang_service_api_key: {KEY}\n", password_file)
     keyed = deploy_check(tmp_path / "keyed", {"vault.yml": vault.read_text()}, args, password_file)
     assert keyed.returncode == 0 and "api_keys=True" in keyed.stdout, (keyed.stdout + keyed.stderr)[-3000:]
     loopback = {**plan, "flags": {"host": "127.0.0.1"}}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, dead_run, free_port
 from sglang_sm120.release import lock as deploy_lock
 from sglang_sm120.release.lock import LockError, acquire, release
 from sglang_sm120.serve.health import http_status
@@ -107,21 +107,17 @@ def test_the_lock_file_is_never_seen_empty_or_half_written(tmp_path: Path) -> No
 
 def test_a_dead_runs_lock_from_this_controller_is_taken_over(tmp_path: Path) -> None:
     lock = str(tmp_path / "deploy.lock")
-    proc = subprocess.Popen(["sleep", "60"])
-    dead = deploy_lock.run_holder(playbook="deploy", pid=proc.pid)
-    assert acquire(lock, dead, 240)["acquired"]
-    proc.kill()
-    proc.wait()
+    dead, pid = dead_run(lock, 240)
     me = deploy_lock.run_holder(playbook="deploy")
     # Without the controller's check, the host does not decide: it asks.
     blocked = acquire(lock, me, 240, defer_same_controller=True)
-    assert not blocked["held"] and blocked["blocked_by"]["pid"] == proc.pid
+    assert not blocked["held"] and blocked["blocked_by"]["pid"] == pid
     verdict = deploy_lock.check_holder(blocked["blocked_by"], me)
-    assert verdict["dead"] and f"process {proc.pid} no longer exists" in verdict["why"]
+    assert verdict["dead"] and f"process {pid} no longer exists" in verdict["why"]
     result = acquire(lock, me, 240, holder_check=verdict)
-    assert result["acquired"] and result["took_over"]["pid"] == proc.pid
+    assert result["acquired"] and result["took_over"]["pid"] == pid
     assert result["message"].startswith(f"took over the lock of a dead run: run_id={dead['run_id']}, user={dead['user']}")
-    assert f"pid={proc.pid}" in result["message"] and ", since " in result["message"]
+    assert f"pid={pid}" in result["message"] and ", since " in result["message"]
     assert json.loads(Path(lock).read_text())["run_id"] == me["run_id"]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from test_server_args_check import REMOTE_CODE_STANDIN, eagle3_recipe
 
-from conftest import CACHE, DATA, ROOT
+from conftest import CACHE, DATA, ROOT, needed
 from sglang_sm120.launch.flag_check import check_launch
 from sglang_sm120.launch.start_failures import (
     CATALOGUE,
@@ -87,9 +87,7 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Comp
 
 @pytest.fixture(scope="module")
 def wheel_0523() -> Path:
-    if not WHEEL_0523.exists():
-        pytest.fail(f"no SGLang 0.5.23 wheel at {WHEEL_0523}: run `make sglang-wheels` first")
-    return WHEEL_0523
+    return needed(WHEEL_0523, "SGLang 0.5.23 wheel", "`make sglang-wheels`")
 
 
 @pytest.fixture(scope="module")

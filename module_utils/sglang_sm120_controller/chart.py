@@ -16,7 +16,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 PERCENTILES = (("mean", "mean"), ("median", "median"), ("p99", "p99"))
@@ -76,22 +76,75 @@ def _grouped(ax: Any, groups: Sequence[str], names: Sequence[str], values: Mappi
     return drawn
 
 
-def draw(report: Mapping[str, Any], last: int = 8) -> tuple[bytes, dict[str, int]]:
-    """PNG bytes of the chart, and how many bars each panel has."""
+def figure(title: str) -> tuple[Any, Any]:
+    """A 2 x 2 figure of matplotlib's Agg backend (the controller needs no screen) with its title, and its axes in reading order."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=100)
+    fig.suptitle(title, fontsize=12)
+    return fig, [ax for row in axes for ax in row]
+
+
+def png(fig: Any) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_png(path: str, data: bytes) -> None:
+    """Write the PNG whole or not at all (a reader never sees half a chart)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def read_report(path: str) -> dict[str, Any]:
+    """A report.json (OSError or ValueError when it cannot be read)."""
+    with open(path, encoding="utf-8") as handle:
+        report = json.load(handle)
+    if not isinstance(report, dict):
+        raise ValueError("not a JSON object")
+    return report
+
+
+def run_chart(
+    tool: str, report: str, out: str, make: Callable[[], tuple[bytes, dict[str, Any]]], errors: tuple[type[Exception], ...] = ()
+) -> int:
+    """A chart command's one way out: 0 and a JSON summary when the chart is written; 2 when its inputs (the
+    report, `errors`) fail, 3 without matplotlib, each with one line on stderr saying why."""
+    try:
+        data, summary = make()
+    except (OSError, ValueError, *errors) as exc:
+        print(f"{tool}: {report}: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"{tool}: matplotlib does not import on the controller ({exc}): install requirements.txt", file=sys.stderr)
+        return 3
+    write_png(out, data)
+    print(json.dumps({"chart": out, "bytes": len(data), **summary}))
+    return 0
+
+
+def draw(report: Mapping[str, Any], last: int = 8) -> tuple[bytes, dict[str, int]]:
+    """PNG bytes of the chart, and how many bars each panel has."""
     data = series(report, last)
     releases = [str(r) for r in data["releases"]]
     profiles = [str(p) for p in data["profiles"]]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=100)
     host, release = str(report.get("host", "-")), str(report.get("release", "-"))
-    fig.suptitle(f"sglang benchmark on {host} (release {release})".lower(), fontsize=12)
+    fig, axes = figure(f"sglang benchmark on {host} (release {release})".lower())
     counts: dict[str, int] = {}
     # 1: output tok/s per release and profile; concurrency 1 solid, batch hatched.
-    ax = axes[0][0]
+    ax = axes[0]
     names = [f"{p} c1" for p in profiles] + [f"{p} batch" for p in profiles]
     values = {(r, f"{p} {slot}"): v for slot in ("c1", "batch") for (r, p), v in data["tok_s"][slot].items()}
     counts["tok_s"] = _grouped(
@@ -101,21 +154,17 @@ def draw(report: Mapping[str, Any], last: int = 8) -> tuple[bytes, dict[str, int
     ax.set_ylabel("tok/s")
     # 2 and 3: TTFT and ITL percentiles of this release's runs.
     groups = [name for name, _, _ in data["runs"]]
-    for ax, key, pos in ((axes[0][1], "ttft", 1), (axes[1][0], "itl", 2)):
+    for ax, key, pos in ((axes[1], "ttft", 1), (axes[2], "itl", 2)):
         vals = {(run[0], label): run[pos].get(k) for run in data["runs"] for k, label in PERCENTILES}
         counts[key] = _grouped(ax, groups, [label for _, label in PERCENTILES], vals, "%.1f")
         ax.set_title(f"{key} (ms) per run of this release", fontsize=10)
         ax.set_ylabel("ms")
     # 4: accept length per release and profile (1.0 = no speculation gain).
-    ax = axes[1][1]
+    ax = axes[3]
     counts["accept"] = _grouped(ax, releases, profiles, data["accept"], "%.2f")
     ax.set_title("speculative accept length per release and profile", fontsize=10)
     ax.set_ylabel("tokens per step")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue(), counts
+    return png(fig), counts
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -124,23 +173,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="chart.png to write")
     parser.add_argument("--last", type=int, default=8, help="releases shown")
     args = parser.parse_args(argv)
-    try:
-        with open(args.report, encoding="utf-8") as handle:
-            report = json.load(handle)
-        png, counts = draw(report, args.last)
-    except (OSError, ValueError) as exc:
-        print(f"bench_chart: {args.report}: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"bench_chart: matplotlib does not import on the controller ({exc}): install requirements.txt", file=sys.stderr)
-        return 3
-    tmp = f"{args.out}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(png)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, args.out)
-    print(json.dumps({"chart": args.out, "bytes": len(png), "bars": counts}))
-    return 0
+
+    def make() -> tuple[bytes, dict[str, Any]]:
+        data, counts = draw(read_report(args.report), args.last)
+        return data, {"bars": counts}
+
+    return run_chart("bench_chart", args.report, args.out, make)
 
 
 if __name__ == "__main__":

@@ -323,17 +323,20 @@ class _Release:
     def gpu_major(self) -> int:
         return int(self.capability.split(".")[0])
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options the flag check's rules take, as keyword arguments."""
+        return {
+            "model_class": self.model_class,
+            "gpu_major": self.gpu_major,
+            "planned_patches": self.planned_patches,
+            "allow_topk_tree_on_mla": self.allow_topk_tree_on_mla,
+        }
+
     @functools.cached_property
     def rules(self) -> Callable[[Mapping[str, Any]], list[Finding]]:
         """The hardware rules of this release and these options, on flag values (the release read once)."""
-        return release_rules(
-            self.sglang,
-            version=self.version,
-            model_class=self.model_class,
-            gpu_major=self.gpu_major,
-            planned_patches=self.planned_patches,
-            allow_topk_tree_on_mla=self.allow_topk_tree_on_mla,
-        )
+        return release_rules(self.sglang, version=self.version, **self.options)
 
 
 def check_flag_sets(
@@ -544,16 +547,7 @@ def _complete(
 
 def _partial(release: _Release, flag_set: FlagSet, python: Optional[str], pythonpath: Sequence[str]) -> FlagReport:
     """Today's check: SGLang's argparse under ``python`` where it imports, else the static table."""
-    return check_launch(
-        release.sglang,
-        argv=flag_set.argv,
-        model_class=release.model_class,
-        gpu_major=release.gpu_major,
-        planned_patches=release.planned_patches,
-        allow_topk_tree_on_mla=release.allow_topk_tree_on_mla,
-        python=python,
-        pythonpath=pythonpath,
-    )
+    return check_launch(release.sglang, argv=flag_set.argv, python=python, pythonpath=pythonpath, **release.options)
 
 
 def _catalogue(

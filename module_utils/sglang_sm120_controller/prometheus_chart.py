@@ -14,9 +14,7 @@ before the report was generated (``--minutes``), or ``--start``/``--end`` (Unix 
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 import sys
 import urllib.error
 import urllib.parse
@@ -27,6 +25,8 @@ from datetime import datetime
 from typing import Any, Optional
 
 from sglang_sm120.errors import ToolkitError
+
+from .chart import figure, png, read_report, run_chart
 
 # (panel title, unit, [(legend, PromQL with {host} for the host's label matcher)])
 PANELS = (
@@ -115,15 +115,9 @@ def report_window(report: Mapping[str, Any], minutes: float) -> tuple[float, flo
 
 def draw(panels: Mapping[str, Sequence[Line]], figures: Mapping[str, float], title: str) -> tuple[bytes, dict[str, int]]:
     """PNG bytes of the chart, and how many points each panel drew."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=100)
-    fig.suptitle(title.lower(), fontsize=12)
+    fig, axes = figure(title.lower())
     counts: dict[str, int] = {}
-    for ax, (name, unit, _) in zip([a for row in axes for a in row], PANELS):
+    for ax, (name, unit, _) in zip(axes, PANELS):
         lines = panels.get(name) or []
         counts[name] = sum(len(line.points) for line in lines)
         start = min((p[0] for line in lines for p in line.points), default=0.0)
@@ -140,11 +134,7 @@ def draw(panels: Mapping[str, Sequence[Line]], figures: Mapping[str, float], tit
         ax.set_title(f"{name} (prometheus)", fontsize=10)
         ax.set_xlabel("minutes into the window")
         ax.set_ylabel(unit)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue(), counts
+    return png(fig), counts
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -157,28 +147,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--start", type=float, help="window start, Unix seconds (with --end)")
     parser.add_argument("--end", type=float, help="window end, Unix seconds (with --start)")
     args = parser.parse_args(argv)
-    try:
-        with open(args.report, encoding="utf-8") as handle:
-            report = json.load(handle)
+
+    def make() -> tuple[bytes, dict[str, Any]]:
+        report = read_report(args.report)
         host = args.host or str(report.get("host") or "")
         if not host:
             raise PrometheusChartError("the report names no host: give --host")
         start, end = (args.start, args.end) if args.start is not None and args.end is not None else report_window(report, args.minutes)
         panels = recorded(args.prometheus, host, start, end)
-        png, counts = draw(panels, benchmark_figures(report), f"what prometheus recorded on {host}, release {report.get('release', '-')}")
-    except (OSError, ValueError, PrometheusChartError) as exc:
-        print(f"prometheus_chart: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"prometheus_chart: matplotlib does not import on the controller ({exc}): install requirements.txt", file=sys.stderr)
-        return 3
-    tmp = f"{args.out}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(png)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, args.out)
-    print(json.dumps({"chart": args.out, "bytes": len(png), "points": counts, "window": [start, end]}))
-    return 0
+        data, counts = draw(panels, benchmark_figures(report), f"what prometheus recorded on {host}, release {report.get('release', '-')}")
+        return data, {"points": counts, "window": [start, end]}
+
+    return run_chart("prometheus_chart", args.report, args.out, make, (PrometheusChartError,))
 
 
 if __name__ == "__main__":

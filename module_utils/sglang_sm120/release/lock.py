@@ -32,7 +32,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -248,22 +248,23 @@ def _write_beside(lock: Path, record: Mapping[str, Any]) -> Path:
     return tmp
 
 
-def _create(lock: Path, record: Mapping[str, Any]) -> None:
-    """Link a full record to the lock path: exclusive (FileExistsError if a lock exists), never visible empty."""
+def _put(lock: Path, record: Mapping[str, Any], place: Callable[[Path, Path], None]) -> None:
+    """Write the whole record beside the lock, then `place` it at the lock path; the temporary file goes either way."""
     tmp = _write_beside(lock, record)
     try:
-        os.link(tmp, lock)
+        place(tmp, lock)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _create(lock: Path, record: Mapping[str, Any]) -> None:
+    """Link a full record to the lock path: exclusive (FileExistsError if a lock exists), never visible empty."""
+    _put(lock, record, os.link)
 
 
 def _replace(lock: Path, record: Mapping[str, Any]) -> None:
     """Replace the lock's record by rename: a reader sees the old record or the new one, never part of one."""
-    tmp = _write_beside(lock, record)
-    try:
-        os.replace(tmp, lock)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _put(lock, record, os.replace)
 
 
 def _same_controller(held: Mapping[str, Any], holder: Mapping[str, Any]) -> bool:

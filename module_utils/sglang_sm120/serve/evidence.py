@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ..errors import ToolkitError
@@ -136,136 +136,127 @@ _SPEC_HOOK = "sglang/srt/arg_groups/speculative_hook.py"
 _OVERRIDES = "sglang/srt/arg_groups/overrides.py"
 _FIELDS_DIR = "sglang/srt/arg_groups/fields"
 
+
+def _per_release(entry: Any, *ranges: tuple) -> tuple[Any, ...]:
+    """The same entry once per range of releases: each range is (min, max, source), optionally with a
+    dictionary of the fields that differ in it (fragments, says, sample, context). What stays the same
+    across releases is written once; what moved (the file, the wording) is written where it moved."""
+    out = []
+    for first, last, source, *changes in ranges:
+        out.append(replace(entry, min=first, max=last, source=source, **(changes[0] if changes else {})))
+    return tuple(out)
+
+
+_DECODE_GRAPH = {"fragments": (_DECODE_HEAD, _GRAPH_OLD), "context": ('lambda: "cuda graph",',)}
+_DECODE_GRAPH_NEW = {"fragments": (_DECODE_HEAD, _GRAPH_NEW), "context": ('"cuda graph")',)}
+_NGRAM_OLD = ('"The overlap scheduler and mixed chunked prefill are disabled because of "', '"using ngram speculative decoding."')
+_WORKSPACE = 'f"FlashInfer workspace initialized for rank {rank}, "'
+_DETERMINISTIC = ('"Disable --flashinfer-allreduce-fusion-backend because deterministic inference is enabled."',)
+
 # fmt: off
 PATTERNS: tuple[Pattern, ...] = (
     # ---- CUDA graphs: the target's decode graphs captured, used by decode batches, or switched off.
-    Pattern(
-        "cuda graphs", "yes", CUDA_GRAPH_END_OLD, "0.5.9", "0.5.10", _RUNNER,
-        ('f"Capture {graph_backend[self.device]} end. Time elapsed: {time.perf_counter() - tic:.2f} s. "',),
-        "the target's decode CUDA graphs captured (\"Capture cuda graph end\")",
-        {"graph_backend[self.device]": "cuda graph"}, ('lambda: "cuda graph",',),
+    *_per_release(
+        Pattern(
+            "cuda graphs", "yes", CUDA_GRAPH_END_OLD, "", "", _RUNNER,
+            ('f"Capture {graph_backend[self.device]} end. Time elapsed: {time.perf_counter() - tic:.2f} s. "',),
+            "the target's decode CUDA graphs captured (\"Capture cuda graph end\")", {"graph_backend[self.device]": "cuda graph"},
+        ),
+        ("0.5.9", "0.5.10", _RUNNER, {"context": ('lambda: "cuda graph",',)}),
+        ("0.5.11", "0.5.13", _RUNNER, {"context": ('"cuda": "cuda graph",',)}),
     ),
-    Pattern(
-        "cuda graphs", "yes", CUDA_GRAPH_END_OLD, "0.5.11", "0.5.13", _RUNNER,
-        ('f"Capture {graph_backend[self.device]} end. Time elapsed: {time.perf_counter() - tic:.2f} s. "',),
-        "the target's decode CUDA graphs captured (\"Capture cuda graph end\")",
-        {"graph_backend[self.device]": "cuda graph"}, ('"cuda": "cuda graph",',),
+    *_per_release(
+        Pattern(
+            "cuda graphs", "yes", r"\bCapture target (?:decode|verify) CUDA graph end\.", "", "", "", (),
+            "the target's decode CUDA graphs captured (\"Capture target decode|verify CUDA graph end\")", {},
+            ('capture_name = f"{role} decode"', 'capture_name = f"{role} verify"', '"cuda": "CUDA graph",'),
+        ),
+        ("0.5.14", "0.5.16", _RUNNER, {
+            "fragments": ('f"Capture {capture_name} {graph_backend[self.device]} end. "',),
+            "sample": {"capture_name": "target decode", "graph_backend[self.device]": "CUDA graph"},
+        }),
+        ("0.5.17", "0.5.23", "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", {
+            "fragments": ('f"Capture {capture_name} {graph_backend[model_runner.device]} end. "',),
+            "sample": {"capture_name": "target verify", "graph_backend[model_runner.device]": "CUDA graph"},
+        }),
     ),
-    Pattern(
-        "cuda graphs", "yes", r"\bCapture target (?:decode|verify) CUDA graph end\.", "0.5.14", "0.5.16", _RUNNER,
-        ('f"Capture {capture_name} {graph_backend[self.device]} end. "',),
-        "the target's decode CUDA graphs captured (\"Capture target decode|verify CUDA graph end\")",
-        {"capture_name": "target decode", "graph_backend[self.device]": "CUDA graph"},
-        ('capture_name = f"{role} decode"', 'capture_name = f"{role} verify"', '"cuda": "CUDA graph",'),
+    *_per_release(
+        Pattern(
+            "cuda graphs", "yes", DECODE_CUDA_GRAPH, "", "", "", (),
+            "decode batches run on CUDA graphs (\"Decode batch ... cuda graph: True\")", {**_DECODE_SAMPLE, **_LABEL}, traffic=True,
+        ),
+        ("0.5.9", "0.5.9", _MIXIN_0_5_9, _DECODE_GRAPH),
+        ("0.5.10", "0.5.10", _MIXIN_0_5_10, _DECODE_GRAPH),
+        ("0.5.11", "0.5.12", _MIXIN_0_5_10, _DECODE_GRAPH_NEW),
+        ("0.5.13", "0.5.23", _REPORTER, _DECODE_GRAPH_NEW),
     ),
-    Pattern(
-        "cuda graphs", "yes", r"\bCapture target (?:decode|verify) CUDA graph end\.", "0.5.17", "0.5.23",
-        "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py",
-        ('f"Capture {capture_name} {graph_backend[model_runner.device]} end. "',),
-        "the target's decode CUDA graphs captured (\"Capture target decode|verify CUDA graph end\")",
-        {"capture_name": "target verify", "graph_backend[model_runner.device]": "CUDA graph"},
-        ('capture_name = f"{role} decode"', 'capture_name = f"{role} verify"', '"cuda": "CUDA graph",'),
-    ),
-    Pattern(
-        "cuda graphs", "yes", DECODE_CUDA_GRAPH, "0.5.9", "0.5.9", _MIXIN_0_5_9, (_DECODE_HEAD, _GRAPH_OLD),
-        "decode batches run on CUDA graphs (\"Decode batch ... cuda graph: True\")", {**_DECODE_SAMPLE, **_LABEL},
-        ('lambda: "cuda graph",',), traffic=True,
-    ),
-    Pattern(
-        "cuda graphs", "yes", DECODE_CUDA_GRAPH, "0.5.10", "0.5.10", _MIXIN_0_5_10, (_DECODE_HEAD, _GRAPH_OLD),
-        "decode batches run on CUDA graphs (\"Decode batch ... cuda graph: True\")", {**_DECODE_SAMPLE, **_LABEL},
-        ('lambda: "cuda graph",',), traffic=True,
-    ),
-    Pattern(
-        "cuda graphs", "yes", DECODE_CUDA_GRAPH, "0.5.11", "0.5.12", _MIXIN_0_5_10, (_DECODE_HEAD, _GRAPH_NEW),
-        "decode batches run on CUDA graphs (\"Decode batch ... cuda graph: True\")", {**_DECODE_SAMPLE, **_LABEL},
-        ('"cuda graph")',), traffic=True,
-    ),
-    Pattern(
-        "cuda graphs", "yes", DECODE_CUDA_GRAPH, "0.5.13", "0.5.23", _REPORTER, (_DECODE_HEAD, _GRAPH_NEW),
-        "decode batches run on CUDA graphs (\"Decode batch ... cuda graph: True\")", {**_DECODE_SAMPLE, **_LABEL},
-        ('"cuda graph")',), traffic=True,
-    ),
-    Pattern(
-        "cuda graphs", "no", CUDA_GRAPH_DISABLED, "0.5.9", "0.5.18", _ARGS,
-        ('"Cuda graph is disabled because of using torch native attention backend"',),
-        "SGLang switched CUDA graphs off (\"Cuda graph is disabled because ...\")",
-    ),
-    Pattern(
-        "cuda graphs", "no", CUDA_GRAPH_DISABLED, "0.5.19", "0.5.23", "sglang/srt/arg_groups/attention_hook.py",
-        ('"Cuda graph is disabled because of using torch native attention backend"',),
-        "SGLang switched CUDA graphs off (\"Cuda graph is disabled because ...\")",
+    *_per_release(
+        Pattern(
+            "cuda graphs", "no", CUDA_GRAPH_DISABLED, "", "", "",
+            ('"Cuda graph is disabled because of using torch native attention backend"',),
+            "SGLang switched CUDA graphs off (\"Cuda graph is disabled because ...\")",
+        ),
+        ("0.5.9", "0.5.18", _ARGS),
+        ("0.5.19", "0.5.23", "sglang/srt/arg_groups/attention_hook.py"),
     ),
     # ---- speculative decoding: the draft worker captured its graphs, decode batches report an accept length.
-    Pattern(
-        "speculative decoding", "yes", DRAFT_GRAPH_END, "0.5.9", "0.5.13", "sglang/srt/speculative/eagle_worker_v2.py",
-        ('f"Capture draft cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s. mem usage={(before_mem - after_mem):.2f} GB. '
-         'avail mem={after_mem:.2f} GB."',),
-        "the draft model's CUDA graphs captured (\"Capture draft cuda graph end\")",
+    *_per_release(
+        Pattern(
+            "speculative decoding", "yes", DRAFT_GRAPH_END, "", "", "sglang/srt/speculative/eagle_worker_v2.py", (), "",
+        ),
+        ("0.5.9", "0.5.13", "sglang/srt/speculative/eagle_worker_v2.py", {
+            "fragments": (
+                'f"Capture draft cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s. '
+                'mem usage={(before_mem - after_mem):.2f} GB. avail mem={after_mem:.2f} GB."',
+            ),
+            "says": "the draft model's CUDA graphs captured (\"Capture draft cuda graph end\")",
+        }),
+        ("0.5.14", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py", {
+            "fragments": ('"Capture draft decode CUDA graph end. "',),
+            "says": "the draft model's CUDA graphs captured (\"Capture draft decode CUDA graph end\")",
+        }),
     ),
-    Pattern(
-        "speculative decoding", "yes", DRAFT_GRAPH_END, "0.5.14", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py",
-        ('"Capture draft decode CUDA graph end. "',),
-        "the draft model's CUDA graphs captured (\"Capture draft decode CUDA graph end\")",
-    ),
-    Pattern(
-        "speculative decoding", "yes", DECODE_ACCEPT, "0.5.9", "0.5.9", _MIXIN_0_5_9, (_DECODE_HEAD, _ACCEPT),
-        "decode batches report a speculative accept length (\"Decode batch ... accept len: ...\")", _DECODE_SAMPLE, traffic=True,
-    ),
-    Pattern(
-        "speculative decoding", "yes", DECODE_ACCEPT, "0.5.10", "0.5.12", _MIXIN_0_5_10, (_DECODE_HEAD, _ACCEPT),
-        "decode batches report a speculative accept length (\"Decode batch ... accept len: ...\")", _DECODE_SAMPLE, traffic=True,
-    ),
-    Pattern(
-        "speculative decoding", "yes", DECODE_ACCEPT, "0.5.13", "0.5.23", _REPORTER, (_DECODE_HEAD, _ACCEPT),
-        "decode batches report a speculative accept length (\"Decode batch ... accept len: ...\")", _DECODE_SAMPLE, traffic=True,
+    *_per_release(
+        Pattern(
+            "speculative decoding", "yes", DECODE_ACCEPT, "", "", "", (_DECODE_HEAD, _ACCEPT),
+            "decode batches report a speculative accept length (\"Decode batch ... accept len: ...\")", _DECODE_SAMPLE, traffic=True,
+        ),
+        ("0.5.9", "0.5.9", _MIXIN_0_5_9),
+        ("0.5.10", "0.5.12", _MIXIN_0_5_10),
+        ("0.5.13", "0.5.23", _REPORTER),
     ),
     # ---- mixed chunked prefill: switched off at start when the speculative algorithm does not support it.
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF, "0.5.9", "0.5.12", _ARGS,
-        ('"Mixed chunked prefill is disabled because of using "', '"eagle speculative decoding."'),
-        "SGLang switched mixed chunked prefill off (\"Mixed chunked prefill is disabled ...\")",
+    *_per_release(
+        Pattern(
+            "mixed chunk", "no", MIXED_OFF, "", "", "",
+            ('"Mixed chunked prefill is disabled because of using "', '"eagle speculative decoding."'),
+            "SGLang switched mixed chunked prefill off (\"Mixed chunked prefill is disabled ...\")",
+        ),
+        ("0.5.9", "0.5.12", _ARGS),
+        ("0.5.13", "0.5.18", _SPEC_HOOK),
+        ("0.5.19", "0.5.23", _SPEC_HOOK, {
+            "fragments": ('"Mixed chunked prefill is disabled: %s speculative decoding does "', '"not support it."'),
+            "says": "SGLang switched mixed chunked prefill off (\"Mixed chunked prefill is disabled: ... does not support it\")",
+            "sample": {"%s": "NGRAM"},
+        }),
     ),
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF, "0.5.13", "0.5.18", _SPEC_HOOK,
-        ('"Mixed chunked prefill is disabled because of using "', '"eagle speculative decoding."'),
-        "SGLang switched mixed chunked prefill off (\"Mixed chunked prefill is disabled ...\")",
-    ),
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF, "0.5.19", "0.5.23", _SPEC_HOOK,
-        ('"Mixed chunked prefill is disabled: %s speculative decoding does "', '"not support it."'),
-        "SGLang switched mixed chunked prefill off (\"Mixed chunked prefill is disabled: ... does not support it\")", {"%s": "NGRAM"},
-    ),
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF_NGRAM, "0.5.9", "0.5.12", _ARGS,
-        ('"The overlap scheduler and mixed chunked prefill are disabled because of "', '"using ngram speculative decoding."'),
-        "SGLang switched mixed chunked prefill off for NGRAM",
-    ),
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF_NGRAM, "0.5.13", "0.5.13", _SPEC_HOOK,
-        ('"The overlap scheduler and mixed chunked prefill are disabled because of "', '"using ngram speculative decoding."'),
-        "SGLang switched mixed chunked prefill off for NGRAM",
-    ),
-    Pattern(
-        "mixed chunk", "no", MIXED_OFF_NGRAM, "0.5.14", "0.5.23", _SPEC_HOOK,
-        ('"The mixed chunked prefill are disabled because of "', '"using ngram speculative decoding."'),
-        "SGLang switched mixed chunked prefill off for NGRAM",
+    *_per_release(
+        Pattern("mixed chunk", "no", MIXED_OFF_NGRAM, "", "", "", _NGRAM_OLD, "SGLang switched mixed chunked prefill off for NGRAM"),
+        ("0.5.9", "0.5.12", _ARGS),
+        ("0.5.13", "0.5.13", _SPEC_HOOK),
+        ("0.5.14", "0.5.23", _SPEC_HOOK, {
+            "fragments": ('"The mixed chunked prefill are disabled because of "', '"using ngram speculative decoding."'),
+        }),
     ),
     # ---- FlashInfer allreduce fusion: its workspace is created when the fusion runs; refusals and failures.
-    Pattern(
-        "flashinfer allreduce fusion", "yes", FUSION_WORKSPACE_OLD, "0.5.9", "0.5.9", _FUSION,
-        ('f"FlashInfer workspace initialized for rank {rank}, "', 'f"world_size {world_size}"'),
-        "the fusion's workspace created (\"FlashInfer workspace initialized for rank ...\")",
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "yes", FUSION_WORKSPACE_OLD, "0.5.10", "0.5.12", _FUSION,
-        ('f"FlashInfer workspace initialized for rank {rank}, "', 'f"world_size {world_size}, backend {backend}"'),
-        "the fusion's workspace created (\"FlashInfer workspace initialized for rank ...\")", {"backend": "trtllm"},
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "yes", FUSION_WORKSPACE_OLD, "0.5.13", "0.5.13", _FUSION,
-        ('f"FlashInfer workspace initialized for rank {rank}, "', 'f"world_size {world_size}, backend {backend}, "'),
-        "the fusion's workspace created (\"FlashInfer workspace initialized for rank ...\")", {"backend": "trtllm"},
+    *_per_release(
+        Pattern(
+            "flashinfer allreduce fusion", "yes", FUSION_WORKSPACE_OLD, "", "", "", (),
+            "the fusion's workspace created (\"FlashInfer workspace initialized for rank ...\")", {"backend": "trtllm"},
+        ),
+        ("0.5.9", "0.5.9", _FUSION, {"fragments": (_WORKSPACE, 'f"world_size {world_size}"'), "sample": {}}),
+        ("0.5.10", "0.5.12", _FUSION, {"fragments": (_WORKSPACE, 'f"world_size {world_size}, backend {backend}"')}),
+        ("0.5.13", "0.5.13", _FUSION, {"fragments": (_WORKSPACE, 'f"world_size {world_size}, backend {backend}, "')}),
     ),
     Pattern(
         "flashinfer allreduce fusion", "yes", r"\bFlashInfer AllReduce Fusion enabled and workspace initialized\b", "0.5.14", "0.5.23",
@@ -287,40 +278,34 @@ PATTERNS: tuple[Pattern, ...] = (
         "0.5.11", "0.5.23", _FUSION, ('"FlashInfer workspace preflight probe failed (%s). "', '"Skipping allreduce fusion."'),
         "the workspace's memory probe failed (\"... Skipping allreduce fusion.\")", {"%s": "CUDA error"},
     ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_NO_COMM, "0.5.9", "0.5.9", _FUSION,
-        ('"FlashInfer comm not available, skipping workspace "', '"initialization"'),
-        "flashinfer.comm is missing (\"FlashInfer comm not available, skipping workspace initialization\")",
+    *_per_release(
+        Pattern(
+            "flashinfer allreduce fusion", "no", FUSION_NO_COMM, "", "", _FUSION,
+            ('"FlashInfer comm not available, skipping workspace initialization"',),
+            "flashinfer.comm is missing (\"FlashInfer comm not available, skipping workspace initialization\")",
+        ),
+        ("0.5.9", "0.5.9", _FUSION, {"fragments": ('"FlashInfer comm not available, skipping workspace "', '"initialization"')}),
+        ("0.5.10", "0.5.23", _FUSION),
     ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_NO_COMM, "0.5.10", "0.5.23", _FUSION,
-        ('"FlashInfer comm not available, skipping workspace initialization"',),
-        "flashinfer.comm is missing (\"FlashInfer comm not available, skipping workspace initialization\")",
+    *_per_release(
+        Pattern(
+            "flashinfer allreduce fusion", "no", FUSION_FORCED_OFF, "", "", "",
+            ('"FlashInfer allreduce fusion is forcibly disabled "', '"via --enforce-disable-flashinfer-allreduce-fusion."'),
+            "switched off by --enforce-disable-flashinfer-allreduce-fusion",
+        ),
+        ("0.5.10", "0.5.14", _ARGS),
+        ("0.5.15", "0.5.23", _OVERRIDES),
     ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_FORCED_OFF, "0.5.10", "0.5.14", _ARGS,
-        ('"FlashInfer allreduce fusion is forcibly disabled "', '"via --enforce-disable-flashinfer-allreduce-fusion."'),
-        "switched off by --enforce-disable-flashinfer-allreduce-fusion",
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_FORCED_OFF, "0.5.15", "0.5.23", _OVERRIDES,
-        ('"FlashInfer allreduce fusion is forcibly disabled "', '"via --enforce-disable-flashinfer-allreduce-fusion."'),
-        "switched off by --enforce-disable-flashinfer-allreduce-fusion",
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_DETERMINISTIC, "0.5.13", "0.5.13", _ARGS,
-        ('"Disable --enable-flashinfer-allreduce-fusion because deterministic inference is enabled."',),
-        "switched off for deterministic inference",
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_DETERMINISTIC, "0.5.14", "0.5.14", _ARGS,
-        ('"Disable --flashinfer-allreduce-fusion-backend because deterministic inference is enabled."',),
-        "switched off for deterministic inference",
-    ),
-    Pattern(
-        "flashinfer allreduce fusion", "no", FUSION_DETERMINISTIC, "0.5.15", "0.5.23", _OVERRIDES,
-        ('"Disable --flashinfer-allreduce-fusion-backend because deterministic inference is enabled."',),
-        "switched off for deterministic inference",
+    *_per_release(
+        Pattern(
+            "flashinfer allreduce fusion", "no", FUSION_DETERMINISTIC, "", "", "", _DETERMINISTIC,
+            "switched off for deterministic inference",
+        ),
+        ("0.5.13", "0.5.13", _ARGS, {
+            "fragments": ('"Disable --enable-flashinfer-allreduce-fusion because deterministic inference is enabled."',),
+        }),
+        ("0.5.14", "0.5.14", _ARGS),
+        ("0.5.15", "0.5.23", _OVERRIDES),
     ),
     # ---- torch symmetric-memory all-reduce: SGLang logs only its refusals; nothing when it is on.
     Pattern(
@@ -341,68 +326,64 @@ PATTERNS: tuple[Pattern, ...] = (
 )
 
 FIELDS: tuple[Field, ...] = (
-    Field(
-        "cuda graphs", "no", "disable_cuda_graph", "true", "0.5.9", "0.5.20", _ARGS, ("disable_cuda_graph: ",), "CUDA graphs switched off",
-    ),
-    Field(
-        "cuda graphs", "no", "disable_cuda_graph", "true", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py",
-        ("disable_cuda_graph: ",), "CUDA graphs switched off",
+    *_per_release(
+        Field("cuda graphs", "no", "disable_cuda_graph", "true", "", "", "", ("disable_cuda_graph: ",), "CUDA graphs switched off"),
+        ("0.5.9", "0.5.20", _ARGS),
+        ("0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py"),
     ),
     Field(
         "cuda graphs", "no", "cuda_graph_config.decode.backend", "disabled", "0.5.14", "0.5.23",
         "sglang/srt/model_executor/cuda_graph_config.py", ('DISABLED = "disabled"',), "the decode phase's CUDA-graph backend is disabled",
     ),
-    Field(
-        "cuda graphs", "yes", "internal_states[0].memory_usage.graph", "graph", "0.5.9", "0.5.16", "sglang/srt/managers/scheduler.py",
-        ('"graph": round(self.tp_worker.model_runner.graph_mem_usage, 2),',), "memory the captured CUDA graphs hold (GB)",
+    *_per_release(
+        Field("cuda graphs", "yes", "internal_states[0].memory_usage.graph", "graph", "", "", "", (), ""),
+        ("0.5.9", "0.5.16", "sglang/srt/managers/scheduler.py", {
+            "fragments": ('"graph": round(self.tp_worker.model_runner.graph_mem_usage, 2),',),
+            "says": "memory the captured CUDA graphs hold (GB)",
+        }),
+        ("0.5.17", "0.5.23", "sglang/srt/managers/scheduler_components/memory_usage.py", {
+            "fragments": ('"graph": {',), "says": "memory the captured CUDA graphs hold, per phase (GB)",
+        }),
     ),
-    Field(
-        "cuda graphs", "yes", "internal_states[0].memory_usage.graph", "graph", "0.5.17", "0.5.23",
-        "sglang/srt/managers/scheduler_components/memory_usage.py", ('"graph": {',), "memory the captured CUDA graphs hold, per phase (GB)",
+    *_per_release(
+        Field(
+            "speculative decoding", "no", "speculative_algorithm", "null", "", "", "", ("speculative_algorithm: ",),
+            "the server runs without a speculative algorithm",
+        ),
+        ("0.5.9", "0.5.20", _ARGS),
+        ("0.5.21", "0.5.23", f"{_FIELDS_DIR}/spec.py"),
     ),
-    Field(
-        "speculative decoding", "no", "speculative_algorithm", "null", "0.5.9", "0.5.20", _ARGS, ("speculative_algorithm: ",),
-        "the server runs without a speculative algorithm",
+    *_per_release(
+        Field(
+            "speculative decoding", "yes", "internal_states[0].avg_spec_accept_length", "positive", "", "", "", (),
+            "the scheduler measured an accept length",
+        ),
+        ("0.5.9", "0.5.22", "sglang/srt/managers/scheduler.py", {"fragments": ('ret["avg_spec_accept_length"] = (',)}),
+        ("0.5.23", "0.5.23", "sglang/srt/managers/scheduler_components/internal_state.py", {
+            "fragments": ('state["avg_spec_accept_length"] = accept_length',),
+        }),
     ),
-    Field(
-        "speculative decoding", "no", "speculative_algorithm", "null", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/spec.py",
-        ("speculative_algorithm: ",), "the server runs without a speculative algorithm",
-    ),
-    Field(
-        "speculative decoding", "yes", "internal_states[0].avg_spec_accept_length", "positive", "0.5.9", "0.5.22",
-        "sglang/srt/managers/scheduler.py", ('ret["avg_spec_accept_length"] = (',), "the scheduler measured an accept length",
-    ),
-    Field(
-        "speculative decoding", "yes", "internal_states[0].avg_spec_accept_length", "positive", "0.5.23", "0.5.23",
-        "sglang/srt/managers/scheduler_components/internal_state.py", ('state["avg_spec_accept_length"] = accept_length',),
-        "the scheduler measured an accept length",
-    ),
-    Field("mixed chunk", "yes", "enable_mixed_chunk", "true", "0.5.9", "0.5.20", _ARGS, ("enable_mixed_chunk: ",), "resolved on"),
-    Field("mixed chunk", "no", "enable_mixed_chunk", "false", "0.5.9", "0.5.20", _ARGS, ("enable_mixed_chunk: ",), "resolved off"),
-    Field(
-        "mixed chunk", "yes", "enable_mixed_chunk", "true", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/schedule.py", ("enable_mixed_chunk: ",),
-        "resolved on",
-    ),
-    Field(
-        "mixed chunk", "no", "enable_mixed_chunk", "false", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/schedule.py", ("enable_mixed_chunk: ",),
-        "resolved off",
+    *(
+        Field("mixed chunk", verdict, "enable_mixed_chunk", value, first, last, source, ("enable_mixed_chunk: ",), f"resolved {state}")
+        for first, last, source in (("0.5.9", "0.5.20", _ARGS), ("0.5.21", "0.5.23", f"{_FIELDS_DIR}/schedule.py"))
+        for verdict, value, state in (("yes", "true", "on"), ("no", "false", "off"))
     ),
     Field(
         "flashinfer allreduce fusion", "no", "enable_flashinfer_allreduce_fusion", "false", "0.5.9", "0.5.13", _ARGS,
         ("enable_flashinfer_allreduce_fusion: ",), "resolved off",
     ),
-    Field(
-        "flashinfer allreduce fusion", "no", "flashinfer_allreduce_fusion_backend", "null", "0.5.14", "0.5.20", _ARGS,
-        ("flashinfer_allreduce_fusion_backend: ",), "no fusion backend resolved (the deprecated flag maps to auto)",
+    *_per_release(
+        Field(
+            "flashinfer allreduce fusion", "no", "flashinfer_allreduce_fusion_backend", "null", "", "", "",
+            ("flashinfer_allreduce_fusion_backend: ",), "no fusion backend resolved (the deprecated flag maps to auto)",
+        ),
+        ("0.5.14", "0.5.20", _ARGS),
+        ("0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py"),
     ),
-    Field(
-        "flashinfer allreduce fusion", "no", "flashinfer_allreduce_fusion_backend", "null", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py",
-        ("flashinfer_allreduce_fusion_backend: ",), "no fusion backend resolved (the deprecated flag maps to auto)",
-    ),
-    Field("torch symm-mem", "no", "enable_torch_symm_mem", "false", "0.5.9", "0.5.20", _ARGS, ("enable_torch_symm_mem: ",), "resolved off"),
-    Field(
-        "torch symm-mem", "no", "enable_torch_symm_mem", "false", "0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py",
-        ("enable_torch_symm_mem: ",), "resolved off",
+    *_per_release(
+        Field("torch symm-mem", "no", "enable_torch_symm_mem", "false", "", "", "", ("enable_torch_symm_mem: ",), "resolved off"),
+        ("0.5.9", "0.5.20", _ARGS),
+        ("0.5.21", "0.5.23", f"{_FIELDS_DIR}/exec_.py"),
     ),
 )
 
