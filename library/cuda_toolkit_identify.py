@@ -51,6 +51,13 @@ options:
     description: 'Debian revision of NVIDIA''s packages (13.0.88-C(1)).'
     type: str
     default: "1"
+  prerequisites:
+    description:
+      - Packages the toolkit needs beside it (the host compiler); the ones dpkg does not have installed are
+        returned as C(missing_prerequisites), so the role asks apt only for those.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - sglang_sm120
   - sglang_sm120.read_only
@@ -93,6 +100,12 @@ drift:
   elements: str
   returned: success
   sample: ["cuda-cudart-13-0 13.0.96-1 (expected 13.0.88-1)"]
+missing_prerequisites:
+  description: The O(prerequisites) dpkg does not have installed.
+  type: list
+  elements: str
+  returned: success
+  sample: [g++]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -101,18 +114,9 @@ from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
     RUNTIME_COMPONENT,
     component_pins,
     debian_series,
+    dpkg_installed,
     identify_toolkit,
-    parse_dpkg_query,
 )
-
-
-def dpkg_installed(module: AnsibleModule, names: list[str]) -> dict[str, str]:
-    """name -> version of the given packages dpkg has installed ({} without dpkg)."""
-    dpkg_query = module.get_bin_path("dpkg-query")
-    if not dpkg_query or not names:
-        return {}
-    _, out, _ = module.run_command([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status} ${Version}\n", *names])
-    return parse_dpkg_query(out)
 
 
 def main() -> None:
@@ -126,6 +130,7 @@ def main() -> None:
             runtime_packages=dict(type="list", elements="str", default=[]),
             runtime_releases=dict(type="dict", default={}),
             apt_revision=dict(type="str", default="1"),
+            prerequisites=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -144,7 +149,8 @@ def identify(module: AnsibleModule, p: dict) -> dict:
     pins = component_pins(p["version"], components, packages, p["meta_packages"], p["apt_revision"]) if packages else {}
     runtime_packages = tuple(n.format(series=series) for n in p["runtime_packages"])
     meta = p["meta_packages"][0].format(series=series) if p["meta_packages"] else ""
-    installed = dpkg_installed(module, sorted(set(pins) | set(runtime_packages) | ({meta} if meta else set())))
+    wanted = set(pins) | set(runtime_packages) | ({meta} if meta else set())
+    installed = dpkg_installed(module.run_command, module.get_bin_path("dpkg-query"), sorted(wanted | set(p["prerequisites"])))
     identity = identify_toolkit(p["root"], {str(k): str(v) for k, v in p["runtime_releases"].items()}, installed, meta, runtime_packages)
     return dict(
         changed=False,
@@ -159,6 +165,7 @@ def identify(module: AnsibleModule, p: dict) -> dict:
             for name, version in sorted(installed.items())
             if name in pins and version != pins[name]
         ],
+        missing_prerequisites=[name for name in p["prerequisites"] if name not in installed],
     )
 
 

@@ -10,7 +10,13 @@ description:
   - Thin wrapper around module_utils/sglang_sm120/build/pipeline.py.
   - C(state=cached) looks once at the build root for the whole plan (O(items)) - it makes the root's
     directories when missing (the only change it makes, never in check mode) and returns the
-    cached record of every item whose verified build is there, and the names of the others.
+    cached record of every item whose verified build is there, and the names of the others; with
+    O(source_packages), also the Debian packages the others' source builds need that dpkg lacks.
+  - C(state=reach), before any build starts, probes every place the O(missing) items' builds fetch from, the
+    way the build fetches it and with the host's own configuration (module_utils/sglang_sm120/build/reach.py) -
+    a git source by C(git ls-remote) of its ref, a requirement by C(pip index versions) against its index, a
+    prebuilt URL by HTTP HEAD. It fails, naming each artifact none of whose places answers, before anything is
+    built; a source fallback that does not answer beside a prebuilt that does is a warning. Reads only.
   - C(state=started) starts the build detached (its own session) unless a verified build of the
     same key is cached (changed=false) or a build of it exists already. It re-attaches to a build
     a previous run left behind (recorded in work/<name>-<key12>/job.json by pid, process start
@@ -40,10 +46,28 @@ options:
     type: path
     required: true
   state:
-    description: started, finished, or cached (what of the whole plan is already built).
+    description:
+      - started, finished, cached (what of the whole plan is already built), or reach (can the host fetch what the
+        O(missing) builds need).
     type: str
-    choices: [started, finished, cached]
+    choices: [started, finished, cached, reach]
     default: started
+  missing:
+    description: For O(state=reach), the names of the O(items) still to build (state=cached's RV(missing)).
+    type: list
+    elements: str
+    default: []
+  source_packages:
+    description:
+      - For O(state=cached), source kind (C(git), C(sdist), C(path)) -> the Debian packages a source build of that
+        kind needs on the host (sglang_build_source_packages); RV(missing_packages) says which of those the missing
+        items need and dpkg does not have.
+    type: dict
+    default: {}
+  probe_timeout:
+    description: For O(state=reach), seconds each probe may take.
+    type: float
+    default: 60
   staged:
     description: Host directory holding the copied controller-side source (path and wheelhouse sources).
     type: path
@@ -146,6 +170,32 @@ groups:
   sample: [{names: [torch], jobs: {torch: 64}, why: "alone (nothing else to build is independent of it; 64 cores, 503 GiB; 64 jobs)"},
            {names: [flashinfer_jit_cache, sgl_kernel], jobs: {flashinfer_jit_cache: 32, sgl_kernel: 32},
             why: "together (independent of each other; 64 cores, 503 GiB; jobs: flashinfer_jit_cache 32, sgl_kernel 32)"}]
+missing_packages:
+  description: For C(state=cached), the O(source_packages) the missing items' source builds need that dpkg does not have installed.
+  type: list
+  elements: str
+  returned: state=cached
+  sample: [git, python3-dev]
+needed_by:
+  description: For C(state=cached), each of RV(missing_packages) -> the artifacts whose source build needs it.
+  type: dict
+  returned: state=cached
+  sample: {git: [torch, sgl_kernel]}
+reach:
+  description:
+    - For C(state=reach), per missing artifact, each place probed, how, and what it answered (C(ok) null where it
+      could not be probed yet).
+  type: list
+  elements: dict
+  returned: state=reach
+  sample: [{name: torch, refused: false, probes: [{what: source, where: "https://github.com/pytorch/pytorch at v2.9.1",
+            how: "/usr/bin/git ls-remote --exit-code https://github.com/pytorch/pytorch v2.9.1", ok: true, said: answers}]}]
+warnings:
+  description: For C(state=reach), the source fallbacks that do not answer beside a prebuilt wheel that does.
+  type: list
+  elements: str
+  returned: state=reach
+  sample: []
 cuobjdump:
   description: For C(state=cached), O(cuobjdump) when it exists on the host, else empty.
   type: str
@@ -231,8 +281,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.build.parallel import Host, build_groups
-from ansible.module_utils.sglang_sm120.build.pipeline import derive_jobs, find_cuobjdump, host_resources, start, survey, wait
+from ansible.module_utils.sglang_sm120.build.pipeline import Workspace, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
+from ansible.module_utils.sglang_sm120.build.reach import check_reach, missing_packages, subprocess_runner
 from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.host.cuda_toolkit import dpkg_installed
 from ansible.module_utils.sglang_sm120.progress import build_progress
 from ansible.module_utils.sglang_sm120.release.lock import renew
 
@@ -243,7 +295,10 @@ def main() -> None:
             item=dict(type="dict"),
             items=dict(type="list", elements="dict", default=[]),
             root=dict(type="path", required=True),
-            state=dict(type="str", choices=["started", "finished", "cached"], default="started"),
+            state=dict(type="str", choices=["started", "finished", "cached", "reach"], default="started"),
+            missing=dict(type="list", elements="str", default=[]),
+            source_packages=dict(type="dict", default={}),
+            probe_timeout=dict(type="float", default=60),
             staged=dict(type="path"),
             prebuilt_staged=dict(type="path"),
             pip_args=dict(type="list", elements="str", default=[]),
@@ -261,10 +316,10 @@ def main() -> None:
         required_if=[("state", "started", ("item",)), ("state", "finished", ("item",))],
         supports_check_mode=True,
     )
-    run_module(module, lambda: build(module.params, module.check_mode))
+    run_module(module, lambda: build(module, module.params, module.check_mode))
 
 
-def build(p: dict, check_mode: bool) -> dict:
+def build(module: AnsibleModule, p: dict, check_mode: bool) -> dict:
     if p["lock_renewal"] and not check_mode:
         renew(**p["lock_renewal"])  # each poll of a long build renews the deploy lock's heartbeat
     if p["state"] == "cached":
@@ -272,21 +327,21 @@ def build(p: dict, check_mode: bool) -> dict:
         cuobjdump = p["cuobjdump"] if p["cuobjdump"] and os.path.exists(p["cuobjdump"]) else ""
         host = Host(*host_resources(), jobs=p["jobs"], max_jobs=p["max_jobs"], parallel=p["parallel"], min_jobs=p["parallel_min_jobs"])
         groups = [group.to_dict() for group in build_groups(p["items"], result["missing"], host)]
-        return dict(changed=bool(result["created"]), cuobjdump=cuobjdump, groups=groups, **result)
+        wanted = {str(k): [str(n) for n in v] for k, v in p["source_packages"].items()}
+        names = sorted({n for item in p["items"] if item["name"] in result["missing"] for v in wanted.values() for n in v})
+        installed = dpkg_installed(module.run_command, module.get_bin_path("dpkg-query"), names)
+        absent, needed_by = missing_packages(p["items"], result["missing"], wanted, installed)
+        return dict(
+            changed=bool(result["created"]), cuobjdump=cuobjdump, groups=groups, missing_packages=absent, needed_by=needed_by, **result
+        )
+    if p["state"] == "reach":
+        git = module.get_bin_path("git")
+        reach, warnings = check_reach(p["items"], p["missing"], p["python"], subprocess_runner(p["probe_timeout"]), git, p["probe_timeout"])
+        return dict(changed=False, reach=[r.to_dict() for r in reach], warnings=warnings)
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
     if p["state"] == "started":
-        result = start(
-            p["item"],
-            p["root"],
-            p["staged"],
-            p["python"],
-            p["dep_dirs"],
-            jobs,
-            p["cuda_home"],
-            check=check_mode,
-            prebuilt_staged=p["prebuilt_staged"],
-            pip_args=p["pip_args"],
-        )
+        place = Workspace(p["root"], p["python"], p["cuda_home"], jobs, p["dep_dirs"], p["pip_args"], p["staged"], p["prebuilt_staged"])
+        result = start(p["item"], place, check=check_mode)
         result["jobs"] = jobs
         return result
     if check_mode:

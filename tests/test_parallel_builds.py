@@ -14,7 +14,7 @@ import yaml
 
 from conftest import ROOT
 from sglang_sm120.build.parallel import Host, build_groups, levels, share_jobs
-from sglang_sm120.build.pipeline import derive_jobs, plan, start, wait
+from sglang_sm120.build.pipeline import Workspace, derive_jobs, plan, start, wait
 
 CONTEXT = {"cuda_version": "13.0.1", "nvcc_build": "V13.0.88", "cuda_home": "/usr/local/cuda-13.0", "arch": "12.0"}
 
@@ -175,7 +175,10 @@ def test_the_builds_of_a_group_run_at_the_same_time(tmp_path: Path) -> None:
     assert group.names == ["left", "right"] and group.jobs == {"left": 1, "right": 1}
     began = time.monotonic()
     for item in plan_items:  # as group.yml does: start every build of the group, then wait for each
-        assert start(item, str(tmp_path / "root"), str(src), "python3", {}, group.jobs[item["name"]], str(tmp_path))["status"] == "started"
+        assert (
+            start(item, Workspace(str(tmp_path / "root"), "python3", str(tmp_path), group.jobs[item["name"]], staged=str(src)))["status"]
+            == "started"
+        )
     for item in plan_items:
         while not (result := wait(item, str(tmp_path / "root"), 1))["done"]:
             assert result["status"] == "running"

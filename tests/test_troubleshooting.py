@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from sglang_sm120.build.pipeline import BuildError, plan, start, wait, work_dir
+from sglang_sm120.build.pipeline import BuildError, Workspace, plan, start, wait, work_dir
 from sglang_sm120.launch.plan import LaunchPlanError
 
 PAGE = ROOT / "docs" / "troubleshooting.md"
@@ -184,7 +184,7 @@ def test_a_build_timeout_names_the_spec_timeout_minutes(cuda_home: Path, tmp_pat
     spec["build"] = "sleep 60"
     spec["timeout_minutes"] = 0.02  # 1.2 s
     item = plan([spec], CONTEXT)[0].to_dict()
-    started = start(item, str(tmp_path), str(FIXTURE), "python3", {}, 1, str(cuda_home))
+    started = start(item, Workspace(str(tmp_path), "python3", str(cuda_home), staged=str(FIXTURE)))
     assert started["status"] == "started"
     pid = json.loads((work_dir(tmp_path, "slow", item["key"]) / "job.json").read_text())["pid"]
     time.sleep(1.5)

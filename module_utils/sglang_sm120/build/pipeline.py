@@ -151,6 +151,15 @@ def _string_map(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in value.items())
 
 
+def _kind_of(name: str, what: str, value: Mapping[str, Any], kinds: Mapping[str, str], fields: set[str]) -> str:
+    """The kind of a `source` or `prebuilt` mapping: only known fields, and exactly one of `kinds`."""
+    bad = sorted(set(value) - fields)
+    _need(not bad, name, f"unknown {what} field {', '.join(bad)}; known: {', '.join(sorted(fields))}")
+    given = [k for k in kinds if k in value]
+    _need(len(given) == 1, name, f"`{what}` needs exactly one of {', '.join(kinds)}, found {', '.join(given) or 'none'}")
+    return given[0]
+
+
 def validate_spec(spec: Any, index: int) -> dict[str, Any]:
     """Check one spec's fields and types; return it with defaults filled in."""
     _need(isinstance(spec, Mapping), f"#{index}", f"expected a mapping, found {type(spec).__name__}")
@@ -173,11 +182,7 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
         name,
         "`source` is missing; give one of " + "; ".join(f"{k}: {v}" for k, v in SOURCE_KINDS.items()),
     )
-    bad = sorted(set(source) - SOURCE_FIELDS)
-    _need(not bad, name, f"unknown source field {', '.join(bad)}; known: {', '.join(sorted(SOURCE_FIELDS))}")
-    kinds = [k for k in SOURCE_KINDS if k in source]
-    _need(len(kinds) == 1, name, f"`source` needs exactly one of {', '.join(SOURCE_KINDS)}, found {', '.join(kinds) or 'none'}")
-    kind = kinds[0]
+    kind = _kind_of(name, "source", source, SOURCE_KINDS, SOURCE_FIELDS)
     _need(isinstance(source[kind], str) and bool(source[kind]), name, f"source `{kind}` must be a non-empty string")
     if kind == "git":
         _need(isinstance(source.get("ref"), str) and bool(source.get("ref")), name, "a git source needs `ref` (a tag or a commit)")
@@ -226,10 +231,7 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
             name,
             "`prebuilt` must be a mapping: " + "; ".join(f"{k}: {v}" for k, v in PREBUILT_KINDS.items()),
         )
-        bad_prebuilt = sorted(set(prebuilt) - PREBUILT_FIELDS)
-        _need(not bad_prebuilt, name, f"unknown prebuilt field {', '.join(bad_prebuilt)}; known: {', '.join(sorted(PREBUILT_FIELDS))}")
-        given = [k for k in PREBUILT_KINDS if k in prebuilt]
-        _need(len(given) == 1, name, f"`prebuilt` needs exactly one of {', '.join(PREBUILT_KINDS)}, found {', '.join(given) or 'none'}")
+        _kind_of(name, "prebuilt", prebuilt, PREBUILT_KINDS, PREBUILT_FIELDS)
         for key in PREBUILT_FIELDS & set(prebuilt):
             _need(isinstance(prebuilt[key], str) and bool(prebuilt[key]), name, f"prebuilt `{key}` must be a non-empty string")
         _need(
@@ -812,12 +814,28 @@ def _head(item: Mapping[str, Any], work: Path, cuda_home: str, jobs: int) -> lis
     return lines
 
 
-def prebuilt_script(item: Mapping[str, Any], root: str, prebuilt_staged: Optional[str], python: str, cuda_home: str) -> str:
+@dataclass(frozen=True)
+class Workspace:
+    """Where and with what a build runs on the host: the build root, the Python that makes the build venvs,
+    the CUDA toolkit, the compile jobs, the built dependencies' wheel directories (name -> dir), pip's extra
+    arguments (an index), and what the controller staged (the source tree, a prebuilt wheelhouse)."""
+
+    root: str
+    python: str
+    cuda_home: str
+    jobs: int = 1
+    dep_dirs: Mapping[str, str] = field(default_factory=dict)
+    pip_args: Sequence[str] = ()
+    staged: Optional[str] = None
+    prebuilt_staged: Optional[str] = None
+
+
+def prebuilt_script(item: Mapping[str, Any], place: Workspace) -> str:
     """The script that fetches a spec's prebuilt wheel into $WHEEL_DIR (verified by wait(), else the source build runs)."""
     prebuilt = item["spec"]["prebuilt"]
-    work = work_dir(root, item["name"], item["key"])
-    lines = _head(item, work, cuda_home, 1)
-    download = f'{_q(python)} -m pip download --quiet --no-deps --only-binary :all: --retries 1 --timeout 30 -d "$WHEEL_DIR"'
+    work = work_dir(place.root, item["name"], item["key"])
+    lines = _head(item, work, place.cuda_home, 1)
+    download = f'{_q(place.python)} -m pip download --quiet --no-deps --only-binary :all: --retries 1 --timeout 30 -d "$WHEEL_DIR"'
     if "wheel" in prebuilt:
         index = ["--index-url", prebuilt["index"]] if prebuilt.get("index") else []
         lines += [
@@ -830,29 +848,21 @@ def prebuilt_script(item: Mapping[str, Any], root: str, prebuilt_staged: Optiona
     else:
         where = f"{prebuilt['wheelhouse']}/{prebuilt.get('pattern', '*.whl')} (controller)"
         lines.append(f'echo "== $(date -u +%FT%TZ) prebuilt: {where}"')
-        if item.get("prebuilt_files") and prebuilt_staged:
-            lines.append(f'cp {_q(prebuilt_staged)}/*.whl "$WHEEL_DIR"/')
+        if item.get("prebuilt_files") and place.prebuilt_staged:
+            lines.append(f'cp {_q(place.prebuilt_staged)}/*.whl "$WHEEL_DIR"/')
         else:
             lines += [f"echo {_q('no prebuilt wheel matching ' + where)} >&2", "exit 3"]
     lines.append('echo "== $(date -u +%FT%TZ) prebuilt fetched"')
     return "\n".join(lines) + "\n"
 
 
-def build_script(
-    item: Mapping[str, Any],
-    root: str,
-    staged: Optional[str],
-    python: str,
-    dep_dirs: Mapping[str, str],
-    jobs: int,
-    cuda_home: str,
-    pip_args: Sequence[str] = (),
-) -> str:
+def build_script(item: Mapping[str, Any], place: Workspace) -> str:
     """The bash script a detached build runs (kept in the work directory for the operator to read)."""
     spec = item["spec"]
     source = spec["source"]
-    work = work_dir(root, item["name"], item["key"])
-    lines = _head(item, work, cuda_home, jobs)
+    work = work_dir(place.root, item["name"], item["key"])
+    jobs, dep_dirs, staged = place.jobs, place.dep_dirs, place.staged
+    lines = _head(item, work, place.cuda_home, jobs)
     lines.append('echo "== $(date -u +%FT%TZ) start"')
     for var in spec.get("jobs_env", []):
         lines.append(f"export {var}={jobs}")
@@ -900,13 +910,19 @@ def build_script(
         else:
             lines += ["rm -rf src", f"cp -a {_q(staged)} src"]
     if item["kind"] in BUILT_KINDS:
-        lines.append(f"{_q(python)} -m venv venv")
-        lines += dependency_install("venv/bin/pip", dep_dirs, pip_args, constraints)
+        lines.append(f"{_q(place.python)} -m venv venv")
+        lines += dependency_install("venv/bin/pip", dep_dirs, place.pip_args, constraints)
         if spec.get("build_requires"):
             links = [f"--find-links {_q(d)}" for d in dep_dirs.values()]
             lines.append(
                 " ".join(
-                    ["venv/bin/pip install --quiet", *map(_q, pip_args), *links, f"-c {_q(constraints)}", *map(_q, spec["build_requires"])]
+                    [
+                        "venv/bin/pip install --quiet",
+                        *map(_q, place.pip_args),
+                        *links,
+                        f"-c {_q(constraints)}",
+                        *map(_q, spec["build_requires"]),
+                    ]
                 )
             )
             lines.append("venv/bin/pip check")
@@ -920,18 +936,7 @@ def build_script(
     return "\n".join(lines) + "\n"
 
 
-def start(
-    item: Mapping[str, Any],
-    root: str,
-    staged: Optional[str],
-    python: str,
-    dep_dirs: Mapping[str, str],
-    jobs: int,
-    cuda_home: str,
-    check: bool = False,
-    prebuilt_staged: Optional[str] = None,
-    pip_args: Sequence[str] = (),
-) -> dict[str, Any]:
+def start(item: Mapping[str, Any], place: Workspace, check: bool = False) -> dict[str, Any]:
     """Start the detached build of `item` unless its key is cached or a build of it exists.
 
     Re-attaches instead of starting another: a build of this key that is still running (its
@@ -943,7 +948,7 @@ def start(
     A spec with `prebuilt` first runs prebuilt.sh (fetch the prebuilt wheel); wait() verifies it
     and, when it is missing or fails verification, starts build.sh (the source build) itself.
     """
-    name, key = item["name"], item["key"]
+    name, key, root = item["name"], item["key"], place.root
     record = cached(root, name, key)
     if record is not None:
         return {"status": "cached", "changed": False, "artifact": record}
@@ -960,12 +965,12 @@ def start(
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("", encoding="utf-8")
         script = work / "build.sh"
-        script.write_text(build_script(item, root, staged, python, dep_dirs, jobs, cuda_home, pip_args), encoding="utf-8")
+        script.write_text(build_script(item, place), encoding="utf-8")
         script.chmod(0o755)
         phase = "source"
         if item["spec"].get("prebuilt"):
             script = work / "prebuilt.sh"
-            script.write_text(prebuilt_script(item, root, prebuilt_staged, python, cuda_home), encoding="utf-8")
+            script.write_text(prebuilt_script(item, place), encoding="utf-8")
             script.chmod(0o755)
             phase = "prebuilt"
         job = _launch(work, script, log, key, phase, item["spec"].get("timeout_minutes", 600))

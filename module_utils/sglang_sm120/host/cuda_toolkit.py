@@ -160,6 +160,15 @@ def runtime_version(root: str) -> tuple[str | None, str]:
     return None, "no libcudart.so.X.Y.Z and no nvidia_cuda_runtime dist-info"
 
 
+def dpkg_installed(run: Callable[..., Any], dpkg_query: Optional[str], names: Sequence[str]) -> dict[str, str]:
+    """name -> version of the given packages dpkg has installed ({} without dpkg or names). ``run``: a
+    command runner returning (rc, stdout, stderr), e.g. an Ansible module's run_command."""
+    if not dpkg_query or not names:
+        return {}
+    _, out, _ = run([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status} ${Version}\n", *names])
+    return parse_dpkg_query(out)
+
+
 def parse_dpkg_query(text: str) -> dict[str, str]:
     """Installed packages from ``dpkg-query -W -f '${Package} ${db:Status-Status} ${Version}\\n'``."""
     installed = {}

@@ -37,6 +37,7 @@ from sglang_sm120.build.pipeline import (
     BUILT_KINDS,
     BuildError,
     SharedObject,
+    Workspace,
     cache_dir,
     check_local_version,
     check_objects,
@@ -983,7 +984,7 @@ def run_builds(
             if all(d in records for d in deps):
                 dep_dirs = {d: str(cache_dir(root, d, records[d]["key"])) for d in deps}
                 try:
-                    start(item, str(root), staged.get(item["name"]), python, dep_dirs, jobs, cuda_home, pip_args=pip_args)
+                    start(item, Workspace(str(root), python, cuda_home, jobs, dep_dirs, pip_args, staged.get(item["name"])))
                     running[item["name"]] = item
                     began[item["name"]] = time.monotonic()
                 except (BuildError, OSError) as exc:
