@@ -250,6 +250,26 @@ PLAYBOOK = """
 """
 
 
+def run_playbook(work: Path, playbook: str, interval: str, *args: str) -> str:
+    """ansible-playbook (this venv's) of `playbook` on localhost with -e work=WORK, printed by the toolkit's
+    callback at SGLANG_PROGRESS_INTERVAL `interval`: its stdout, once it passed and printed no RETRYING."""
+    (work / "play.yml").write_text(textwrap.dedent(playbook))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SGLANG_PROGRESS_INTERVAL": interval, "ANSIBLE_NOCOLOR": "1"}
+    env.pop("ANSIBLE_STDOUT_CALLBACK", None)
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(work / "play.yml"), "-e", f"work={work}", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    assert "FAILED - RETRYING" not in out and "RETRYING" not in out
+    return out
+
+
 def test_a_playbook_polling_a_real_build_prints_progress_lines_and_no_failed_retrying(tmp_path: Path) -> None:
     from sglang_sm120.build.pipeline import plan
 
@@ -269,20 +289,7 @@ def test_a_playbook_polling_a_real_build_prints_progress_lines_and_no_failed_ret
     }
     item = plan([spec], {"cuda_version": "13.0.1", "arch": "12.0"})[0].to_dict()
     (tmp_path / "item.json").write_text(json.dumps(item))
-    (tmp_path / "play.yml").write_text(textwrap.dedent(PLAYBOOK))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SGLANG_PROGRESS_INTERVAL": "3", "ANSIBLE_NOCOLOR": "1"}
-    env.pop("ANSIBLE_STDOUT_CALLBACK", None)
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml"), "-e", f"work={tmp_path}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = run.stdout
-    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert "FAILED - RETRYING" not in out and "RETRYING" not in out
+    out = run_playbook(tmp_path, PLAYBOOK, "3")
     progress = re.findall(
         r"^WAITING \[localhost\]: build of tiny [0-9a-f]{12} \(source: (\w+)\): (\d+):(\d\d) elapsed, \d+:\d\d left of 5:00 \| (.*)$",
         out,
@@ -341,7 +348,7 @@ BENCH_PLAYBOOK = """
         sglang_benchmark_started: "{{ now().timestamp() }}"
 
     - name: Start the stand-in client, detached
-      ansible.builtin.shell: for i in 1 2 3 4 5 6; do echo "$i/6 requests done" >> {{ work }}/run.progress; sleep 1; done
+      ansible.builtin.shell: for i in $(seq 1 12); do echo "$i/12 requests done" >> {{ work }}/run.progress; sleep 1; done
       async: 60
       poll: 0
       changed_when: true
@@ -353,26 +360,15 @@ BENCH_PLAYBOOK = """
 
 
 def test_the_benchmark_wait_prints_the_clients_progress_and_no_failed_retrying(tmp_path: Path) -> None:
-    (tmp_path / "play.yml").write_text(textwrap.dedent(BENCH_PLAYBOOK))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SGLANG_PROGRESS_INTERVAL": "0", "ANSIBLE_NOCOLOR": "1"}
-    env.pop("ANSIBLE_STDOUT_CALLBACK", None)
-    role_wait = ROOT / "roles/sglang_benchmark/tasks/wait.yml"
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml"),
-         "-e", f"work={tmp_path}", "-e", f"role_wait={role_wait}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    out = run.stdout
-    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert "FAILED - RETRYING" not in out and "RETRYING" not in out
+    out = run_playbook(tmp_path, BENCH_PLAYBOOK, "0", "-e", f"role_wait={ROOT / 'roles/sglang_benchmark/tasks/wait.yml'}")
     shown = re.findall(
-        r"^WAITING \[localhost\]: benchmark eagle3 concurrency 1 \(bench_client\): 0:0\d elapsed, 0:[0-5]\d left of 1:00 \| (.*)$",
+        r"^WAITING \[localhost\]: benchmark eagle3 concurrency 1 \(bench_client\): 0:[0-5]\d elapsed, 0:[0-5]\d left of 1:00 \| (.*)$",
         out,
         re.M,
     )
     assert len(shown) >= 3, out
-    assert all(re.fullmatch(r"[1-6]/6 requests done", line) for line in shown), shown
-    assert "eagle3 concurrency 1, " in out and "6/6 requests done" in out  # the role's own line after the run
+    assert all(re.fullmatch(r"([1-9]|1[0-2])/12 requests done", line) for line in shown), shown
+    assert "eagle3 concurrency 1, " in out and "12/12 requests done" in out  # the role's own line after the run
 
 
 def test_callback_keeps_one_clock_per_loop_item(callback: Any) -> None:
