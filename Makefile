@@ -19,11 +19,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench rehearsal venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench rehearsal sample-report venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, then pytest beside every molecule scenario ($(SCENARIOS))"
+	@echo "make sample-report                             docs/sample/: the lab's latest report and chart (the stand-in server's)"
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
 	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down lint pytest molecule clean"
 
@@ -97,6 +98,10 @@ test: lint venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
 # --no-index; ends "N passed, M failed". Its reduced form runs in pytest (tests/test_rehearsal.py).
 rehearsal: venv wheelhouse sglang-wheels
 	$(VENV)/bin/python scripts/rehearsal.py
+
+# docs/sample/: the lab's latest report and chart, marked as the stand-in server's (measures both profiles on the lab first when it has none).
+sample-report: venv
+	scripts/sample-report.sh
 
 # Speed goals live here, not in timed unit tests.
 # Every bench runs and prints its figures; the target fails at the end if any missed its goal.
