@@ -68,6 +68,10 @@ options:
     description: For O(state=reach), seconds each probe may take.
     type: float
     default: 60
+  estimate_hours:
+    description: For O(state=cached), artifact name -> [low, high] hours of its source build (estimates, not measured).
+    type: dict
+    default: {}
   staged:
     description: Host directory holding the copied controller-side source (path and wheelhouse sources).
     type: path
@@ -170,6 +174,18 @@ groups:
   sample: [{names: [torch], jobs: {torch: 64}, why: "alone (nothing else to build is independent of it; 64 cores, 503 GiB; 64 jobs)"},
            {names: [flashinfer_jit_cache, sgl_kernel], jobs: {flashinfer_jit_cache: 32, sgl_kernel: 32},
             why: "together (independent of each other; 64 cores, 503 GiB; jobs: flashinfer_jit_cache 32, sgl_kernel 32)"}]
+plan_lines:
+  description: For C(state=cached), one line per missing item - where it comes from, and a source build's estimated hours.
+  type: list
+  elements: str
+  returned: state=cached
+  sample: ["torch: source build (git), 3-5 h (estimate)"]
+estimate_hours:
+  description: For C(state=cached), the sum of the missing source builds' estimates, [low, high].
+  type: list
+  elements: float
+  returned: state=cached
+  sample: [4.35, 7.7]
 missing_packages:
   description: For C(state=cached), the O(source_packages) the missing items' source builds need that dpkg does not have installed.
   type: list
@@ -280,7 +296,7 @@ artifact:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.build.parallel import Host, build_groups
+from ansible.module_utils.sglang_sm120.build.parallel import Host, build_groups, build_plan_lines
 from ansible.module_utils.sglang_sm120.build.pipeline import Workspace, derive_jobs, find_cuobjdump, host_resources, start, survey, wait
 from ansible.module_utils.sglang_sm120.build.reach import check_reach, missing_packages, subprocess_runner
 from ansible.module_utils.sglang_sm120.errors import run_module
@@ -299,6 +315,7 @@ def main() -> None:
             missing=dict(type="list", elements="str", default=[]),
             source_packages=dict(type="dict", default={}),
             probe_timeout=dict(type="float", default=60),
+            estimate_hours=dict(type="dict", default={}),
             staged=dict(type="path"),
             prebuilt_staged=dict(type="path"),
             pip_args=dict(type="list", elements="str", default=[]),
@@ -331,8 +348,16 @@ def build(module: AnsibleModule, p: dict, check_mode: bool) -> dict:
         names = sorted({n for item in p["items"] if item["name"] in result["missing"] for v in wanted.values() for n in v})
         installed = dpkg_installed(module.run_command, module.get_bin_path("dpkg-query"), names)
         absent, needed_by = missing_packages(p["items"], result["missing"], wanted, installed)
+        plan_lines, estimate = build_plan_lines(p["items"], result["missing"], p["estimate_hours"])
         return dict(
-            changed=bool(result["created"]), cuobjdump=cuobjdump, groups=groups, missing_packages=absent, needed_by=needed_by, **result
+            changed=bool(result["created"]),
+            cuobjdump=cuobjdump,
+            groups=groups,
+            missing_packages=absent,
+            needed_by=needed_by,
+            plan_lines=plan_lines,
+            estimate_hours=estimate,
+            **result,
         )
     if p["state"] == "reach":
         git = module.get_bin_path("git")

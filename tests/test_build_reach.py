@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from sglang_sm120.build.parallel import build_plan_lines
 from sglang_sm120.build.reach import ReachError, check_reach, missing_packages, project, subprocess_runner
 
 GIT = shutil.which("git")
@@ -142,5 +143,27 @@ def test_the_build_role_refuses_an_unreachable_source_before_any_build(tmp_path:
     assert "TASK [sglang_build : Ensure the host reaches what the planned builds fetch" in out
     assert f"torch: source file://{tmp_path}/nothing-here at v2.9.1: " in out
     assert "probe: source" not in out.split("the host cannot reach", 1)[1].split("Give the host")[0]
+    assert "torch: source build (git), hours not estimated" in out  # the plan, printed before the probes
     assert "Build what is not cached" not in out
     assert not (tmp_path / "build").exists()  # check mode: not even the build root
+
+
+def test_the_plan_says_where_each_missing_artifact_comes_from_and_the_hours() -> None:
+    items = [
+        item("torch", {"git": "https://example.invalid/pytorch", "ref": "v2.9.1"}),
+        item(
+            "sgl_kernel",
+            {"git": "u", "ref": "r"},
+            {"wheelhouse": "/c/w", "pattern": "k.whl", "origin": "the package index's own wheel, k.whl"},
+        ),
+        item("sglang", {"wheel": "sglang==0.5.9"}),
+        item("done", {"git": "u", "ref": "r"}),
+    ]
+    lines, hours = build_plan_lines(items, ["torch", "sgl_kernel", "sglang"], {"torch": [3, 5], "sgl_kernel": [1, 2]})
+    assert lines == [
+        "torch: source build (git), 3-5 h (estimate)",
+        "sgl_kernel: prebuilt wheel (the package index's own wheel, k.whl); if it fails verification: source build (git), 1-2 h (estimate)",
+        "sglang: fetched (wheel source), verified as a build",
+    ]
+    assert hours == [3.0, 5.0]  # the prebuilt kernel counts nothing
+    assert build_plan_lines(items, ["done"], {})[0] == ["done: source build (git), hours not estimated"]

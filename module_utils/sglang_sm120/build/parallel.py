@@ -134,3 +134,32 @@ def build_groups(items: Sequence[Mapping[str, Any]], missing: Sequence[str], hos
             jobs = share_jobs(group, host) or {}
             groups.append(Group([item["name"] for item in group], jobs, _why(group, jobs, host, members)))
     return groups
+
+
+def build_plan_lines(
+    items: Sequence[Mapping[str, Any]], missing: Sequence[str], estimates: Mapping[str, Sequence[float]]
+) -> tuple[list[str], list[float]]:
+    """What the deploy fetches or builds, one line per missing artifact (where it comes from, and for a
+    source build its estimated hours, ``estimates``: name -> [low, high], not measured), and the sum of the
+    source builds' estimates [low, high] (a prebuilt wheel counts nothing; its source fallback is named)."""
+    lines: list[str] = []
+    low = high = 0.0
+    names = set(missing)
+    for item in items:
+        if item["name"] not in names:
+            continue
+        spec = item["spec"]
+        guess = estimates.get(item["name"])
+        hours = f"{float(guess[0]):g}-{float(guess[1]):g} h (estimate)" if guess else "hours not estimated"
+        source = f"source build ({item.get('kind', '?')}), {hours}"
+        prebuilt = spec.get("prebuilt")
+        if isinstance(prebuilt, Mapping):
+            origin = prebuilt.get("origin") or next((f"{k} {prebuilt[k]}" for k in ("wheel", "url", "wheelhouse") if k in prebuilt), "?")
+            lines.append(f"{item['name']}: prebuilt wheel ({origin}); if it fails verification: {source}")
+        elif item.get("kind") in ("git", "sdist", "path"):
+            lines.append(f"{item['name']}: {source}")
+            if guess:
+                low, high = low + float(guess[0]), high + float(guess[1])
+        else:
+            lines.append(f"{item['name']}: fetched ({item.get('kind', '?')} source), verified as a build")
+    return lines, [low, high]
