@@ -206,7 +206,7 @@ reach:
   returned: state=reach
   sample: [{name: torch, refused: false, probes: [{what: source, where: "https://github.com/pytorch/pytorch at v2.9.1",
             how: "/usr/bin/git ls-remote --exit-code https://github.com/pytorch/pytorch v2.9.1", ok: true, said: answers}]}]
-warnings:
+unanswered_fallbacks:
   description: For C(state=reach), the source fallbacks that do not answer beside a prebuilt wheel that does.
   type: list
   elements: str
@@ -361,8 +361,9 @@ def build(module: AnsibleModule, p: dict, check_mode: bool) -> dict:
         )
     if p["state"] == "reach":
         git = module.get_bin_path("git")
-        reach, warnings = check_reach(p["items"], p["missing"], p["python"], subprocess_runner(p["probe_timeout"]), git, p["probe_timeout"])
-        return dict(changed=False, reach=[r.to_dict() for r in reach], warnings=warnings)
+        runner = subprocess_runner(p["probe_timeout"])
+        reach, fallbacks = check_reach(p["items"], p["missing"], p["python"], runner, git, p["probe_timeout"])
+        return dict(changed=False, reach=[r.to_dict() for r in reach], unanswered_fallbacks=fallbacks)
     jobs = p["jobs"] or derive_jobs(*host_resources(), float(p["item"]["spec"].get("mem_per_job_gib", 4)), p["max_jobs"])
     if p["state"] == "started":
         place = Workspace(p["root"], p["python"], p["cuda_home"], jobs, p["dep_dirs"], p["pip_args"], p["staged"], p["prebuilt_staged"])
