@@ -108,7 +108,7 @@ def _pip_probe(what: str, requirement: str, index: Optional[str], python: str) -
 
 def run_probe(probe: Probe, run: Runner, git: Optional[str], timeout: float) -> Probe:
     """Probe one place; fills ok and said."""
-    if probe.how == "HTTP HEAD":
+    if not probe.argv:  # a prebuilt URL: HTTP HEAD
         try:
             request = urllib.request.Request(probe.where, method="HEAD")
             with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -181,8 +181,7 @@ def missing_packages(
     for item in items:
         if item["name"] not in names:
             continue
-        kind = next((k for k in ("git", "sdist", "path") if k in (item["spec"].get("source") or {})), "")
-        for package in wanted.get(kind, []):
+        for package in wanted.get(str(item.get("kind", "")), []):
             needed.setdefault(str(package), []).append(str(item["name"]))
     absent = [p for p in sorted(needed) if p not in installed]
     return absent, {p: needed[p] for p in absent}
