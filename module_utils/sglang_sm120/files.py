@@ -1,5 +1,7 @@
 """Small file helpers: the sha256 of bytes, an atomic write (temp file, fsync, os.replace), a
-write only when the content differs and an exclusive lock of a directory.
+write only when the content differs, an exclusive lock of a directory, and a set of files and
+directories made to hold exactly their content, mode and owner in one pass (``ensure_file_set``:
+what ``sglang_files`` does in one module run where a template task costs two).
 
 Standard library only.
 """
@@ -8,20 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import grp
 import hashlib
 import os
+import pwd
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from .errors import ToolkitError
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
-    """Write through a temp file in the same directory, then os.replace; keeps `mode` (or the old file's mode)."""
+def atomic_write(path: Path, data: bytes, mode: Optional[int] = None, uid: int = -1, gid: int = -1) -> None:
+    """Write through a temp file in the same directory, then os.replace; keeps `mode` (or the old file's mode).
+    ``uid``/``gid`` (-1: unchanged) are set on the temp file, so the file never shows other owners."""
     if mode is None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
@@ -30,6 +39,8 @@ def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        if uid != -1 or gid != -1:
+            os.chown(tmp, uid, gid)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -61,3 +72,145 @@ def directory_lock(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """A file that must hold exactly ``content`` with ``mode`` and owner (``content`` None: must not exist)."""
+
+    path: Path
+    content: Optional[bytes] = None
+    mode: int = 0o644
+    owner: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DirSpec:
+    """A directory that must exist with ``mode`` and owner (its missing parents are made 0755, root's)."""
+
+    path: Path
+    mode: int = 0o755
+    owner: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass
+class FileSetOutcome:
+    changed_paths: list[str] = field(default_factory=list)
+    # One entry per changed file, as Ansible's diff mode shows it (before/after text and headers).
+    diff: list[dict] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changed_paths)
+
+
+def parse_mode(value: object, where: str) -> int:
+    """An octal mode given as a string ("0640") or an int already read as octal; else a ToolkitError naming ``where``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o7777:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        try:
+            mode = int(value.strip(), 8)
+        except ValueError:
+            mode = -1
+        if 0 <= mode <= 0o7777:
+            return mode
+    raise ToolkitError(f"{where}: mode must be an octal string such as '0644', got {value!r}")
+
+
+def _ids(owner: Optional[str], group: Optional[str], where: Path, check_mode: bool) -> tuple[int, int]:
+    """uid and gid (-1: not asked for). In check mode an owner that does not exist yet (a user an earlier
+    task would create) is -2: the path counts as one that would change, as it will once the user exists."""
+    ids = []
+    for name, lookup, kind in ((owner, lambda n: pwd.getpwnam(n).pw_uid, "user"), (group, lambda n: grp.getgrnam(n).gr_gid, "group")):
+        try:
+            ids.append(lookup(name) if name else -1)
+        except KeyError:
+            if check_mode:
+                ids.append(-2)
+                continue
+            role = "owner" if kind == "user" else "group"
+            raise ToolkitError(f"{where}: the {role} {name!r} is not a {kind} on this host; nothing of this file set was written") from None
+    return ids[0], ids[1]
+
+
+def _off(st: os.stat_result, mode: int, uid: int, gid: int) -> bool:
+    """Whether mode or owner differ (an owner unknown in check mode, -2, always does)."""
+    return stat.S_IMODE(st.st_mode) != mode or (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid)
+
+
+def _text(data: Optional[bytes]) -> str:
+    if data is None:
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"({len(data)} bytes, not text)\n"
+
+
+def ensure_file_set(files: Sequence[FileSpec], directories: Sequence[DirSpec] = (), check_mode: bool = False) -> FileSetOutcome:
+    """Make ``directories`` (first) and ``files`` hold what they say; report each path that changed
+    (or would, in check mode, where nothing is written). Owners are looked up before anything is
+    written, so an unknown user or group changes nothing (in check mode it is one an earlier task would
+    create: the path counts as changing). A file's content is written atomically
+    (temp file with its final owner and mode, then rename); a file whose content is right but whose
+    mode or owner is not gets only those fixed."""
+    resolved_dirs = [(d, *_ids(d.owner, d.group, d.path, check_mode)) for d in directories]
+    resolved_files = [(f, *_ids(f.owner, f.group, f.path, check_mode)) for f in files]
+    outcome = FileSetOutcome()
+    for spec, uid, gid in resolved_dirs:
+        try:
+            st: Optional[os.stat_result] = os.stat(spec.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise ToolkitError(f"{spec.path}: expected a directory, found another kind of file; left as it is")
+        if st is not None and not _off(st, spec.mode, uid, gid):
+            continue
+        outcome.changed_paths.append(str(spec.path))
+        if check_mode:
+            continue
+        if st is None:
+            spec.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            spec.path.mkdir(mode=0o700, exist_ok=True)
+        os.chown(spec.path, uid, gid)
+        os.chmod(spec.path, spec.mode)
+    for spec, uid, gid in resolved_files:
+        try:
+            before: Optional[bytes] = spec.path.read_bytes()
+            st = os.stat(spec.path)
+        except FileNotFoundError:
+            before, st = None, None
+        if spec.content is None:
+            if before is None:
+                continue
+            outcome.changed_paths.append(str(spec.path))
+            outcome.diff.append(_diff_entry(spec.path, before, None))
+            if not check_mode:
+                spec.path.unlink()
+            continue
+        if before == spec.content:
+            if st is None or not _off(st, spec.mode, uid, gid):
+                continue
+            outcome.changed_paths.append(str(spec.path))
+            if not check_mode:
+                os.chown(spec.path, uid, gid)
+                os.chmod(spec.path, spec.mode)
+            continue
+        outcome.changed_paths.append(str(spec.path))
+        outcome.diff.append(_diff_entry(spec.path, before, spec.content))
+        if not check_mode:
+            spec.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            atomic_write(spec.path, spec.content, spec.mode, uid, gid)
+    return outcome
+
+
+def _diff_entry(path: Path, before: Optional[bytes], after: Optional[bytes]) -> dict:
+    return {
+        "before_header": str(path) if before is not None else f"{path} (absent)",
+        "after_header": str(path) if after is not None else f"{path} (absent)",
+        "before": _text(before),
+        "after": _text(after),
+    }
