@@ -88,9 +88,12 @@ pytest: venv wheelhouse sglang-wheels sglang-runtime promtool
 molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
-# make test: lint first (seconds), then pytest as one more job of the molecule lanes, second in the
-# queue, so it runs beside the longest scenario instead of before all of them.
-test: lint venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
+# make test: lint beside the set-up steps (lint works the CPU while the downloads wait on the disk and
+# the network; -O keeps each step's output in one piece), then pytest as one more job of the molecule
+# lanes, second in the queue, so it runs beside the longest scenario instead of before all of them.
+TEST_STEPS := lint images wheelhouse fixtures sglang-wheels sglang-runtime promtool
+test: venv
+	$(MAKE) --no-print-directory -j4 -O $(TEST_STEPS)
 	scripts/molecule-lanes.sh $(firstword $(SCENARIOS)) pytest $(wordlist 2,$(words $(SCENARIOS)),$(SCENARIOS))
 
 # The production build specs run as far as this machine allows (no GPU, no git): real sglang 0.5.9
