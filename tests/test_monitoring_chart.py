@@ -6,7 +6,9 @@ query API beside a report's measured figures."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, free_port, needed, standin_server
+from conftest import CACHE, ROOT, free_port, needed, standin_server
 from sglang_sm120_controller import prometheus_chart as pc
 
 PROMETHEUS = CACHE / "promtool/bin/prometheus"
@@ -87,6 +89,47 @@ def test_the_chart_shows_what_prometheus_recorded_beside_the_reports_figures(scr
     report_file.write_text(json.dumps(report))
     assert pc.main(["--prometheus", url, "--report", str(report_file), "--out", str(out), "--minutes", "1"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The benchmark role draws the same beside its report when sglang_benchmark_prometheus_url is set.
+    out.unlink()
+    said = role_chart(url, tmp_path, start, end)
+    assert said.startswith(f"prometheus: {tmp_path}/prometheus.png (")
+    assert json.loads(said.split(" (", 1)[1].removesuffix(")"))["points"]["output tokens per second"] > 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def role_chart(url: str, report_dir: Path, start: float, end: float) -> str:
+    """tests/playbooks/prometheus_chart.yml (the benchmark role's prometheus_chart entry point, on the
+    controller): the line the role says; the play must succeed."""
+    extra = {
+        "sglang_benchmark_prometheus_url": url,
+        "sglang_benchmark_prometheus_host": "lab-test",
+        "sglang_benchmark_report_dir": str(report_dir),
+        "sglang_benchmark_window": [start, end],
+    }
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", json.dumps(extra)]
+    run = subprocess.run(
+        [*argv, str(ROOT / "tests/playbooks/prometheus_chart.yml")], capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    tasks = json.loads(run.stdout)["plays"][0]["tasks"]
+    return next(
+        t["hosts"]["localhost"]["msg"]
+        for t in tasks
+        if t["task"]["name"].endswith("Say where the chart of what Prometheus recorded is, or why there is none")
+    )
+
+
+def test_the_role_says_an_unreadable_prometheus_names_the_variable_and_goes_on(tmp_path: Path) -> None:
+    report = {"host": "lab-test", "release": "0001-test", "generated": "2026-12-03T07:27:37Z", "benchmark": {"profiles": {}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    url = f"http://127.0.0.1:{free_port()}"
+    said = role_chart(url, tmp_path, 1796282000.0, 1796282857.0)
+    assert said.startswith(f"WARNING: no chart of what Prometheus recorded: sglang_benchmark_prometheus_url {url}: prometheus_chart: ")
+    assert "cannot run the range query" in said
+    assert said.endswith("; the figures and verdict of the benchmark stand")
+    assert not (tmp_path / "prometheus.png").exists()
 
 
 def test_an_unreachable_prometheus_is_an_error_naming_it() -> None:
