@@ -57,5 +57,7 @@ def test_without_a_recorded_start_the_load_is_named_and_the_ceiling_given(servin
 def test_no_restart_and_nothing_serving_say_so(serving: dict) -> None:
     unchanged = {**serving, "sglang_release_active": {"current": "0001-aaaa", "id": "0001-aaaa", "state": "present"}}
     assert downtime(summary_lines(unchanged)) == "downtime: none (no restart planned)"
-    fresh = {**serving, "sglang_release_active": {"current": "", "id": "0001-aaaa", "state": "would-build"}}
-    assert downtime(summary_lines(fresh)) == "downtime: none (nothing serves yet)"
+    # A fresh host's release record has no current release: null (as sglang_release reports it) or "".
+    for nothing in (None, ""):
+        fresh = {**serving, "sglang_release_active": {"current": nothing, "id": "0001-aaaa", "state": "would-build"}}
+        assert downtime(summary_lines(fresh)) == "downtime: none (nothing serves yet)"
