@@ -70,9 +70,21 @@ def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 60) -> di
 
 
 def kill(proc: subprocess.Popen) -> None:
-    """The controller dies at once (SIGKILL to its process group): no always:, no unlock."""
+    """The controller dies at once (SIGKILL to its process group): no always:, no unlock.
+
+    ansible-core's task workers detach into sessions of their own (setsid), so the group kill misses
+    a worker that is running a task; once its parent is gone it blocks for ever on the result pipe.
+    Those are killed too (every process whose command line is the holder's), or each run of this
+    test would leave one behind."""
+    argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == argv:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:  # gone already, or not ours to read
+            pass
 
 
 def test_a_deploy_from_another_controller_is_refused_while_the_holder_renews_and_takes_over_once_it_died(tmp_path: Path) -> None:
