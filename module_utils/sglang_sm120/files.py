@@ -120,20 +120,23 @@ def parse_mode(value: object, where: str) -> int:
     raise ToolkitError(f"{where}: mode must be an octal string such as '0644', got {value!r}")
 
 
+def _id(name: Optional[str], kind: str, where: Path, check_mode: bool) -> int:
+    """The uid (kind "owner") or gid (kind "group") of ``name``; -1 when none is asked for. In check mode
+    a name that does not exist yet (a user an earlier task would create) is -2: the path counts as one
+    that would change, as it will once the user exists."""
+    if not name:
+        return -1
+    try:
+        return pwd.getpwnam(name).pw_uid if kind == "owner" else grp.getgrnam(name).gr_gid
+    except KeyError:
+        if check_mode:
+            return -2
+        what = "user" if kind == "owner" else "group"
+        raise ToolkitError(f"{where}: the {kind} {name!r} is not a {what} on this host; nothing of this file set was written") from None
+
+
 def _ids(owner: Optional[str], group: Optional[str], where: Path, check_mode: bool) -> tuple[int, int]:
-    """uid and gid (-1: not asked for). In check mode an owner that does not exist yet (a user an earlier
-    task would create) is -2: the path counts as one that would change, as it will once the user exists."""
-    ids = []
-    for name, lookup, kind in ((owner, lambda n: pwd.getpwnam(n).pw_uid, "user"), (group, lambda n: grp.getgrnam(n).gr_gid, "group")):
-        try:
-            ids.append(lookup(name) if name else -1)
-        except KeyError:
-            if check_mode:
-                ids.append(-2)
-                continue
-            role = "owner" if kind == "user" else "group"
-            raise ToolkitError(f"{where}: the {role} {name!r} is not a {kind} on this host; nothing of this file set was written") from None
-    return ids[0], ids[1]
+    return _id(owner, "owner", where, check_mode), _id(group, "group", where, check_mode)
 
 
 def _off(st: os.stat_result, mode: int, uid: int, gid: int) -> bool:
