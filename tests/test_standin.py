@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import CACHE, DATA, ROOT, free_port
+from conftest import CACHE, DATA, ROOT, free_port, standin_server
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
 sys.path.insert(0, str(STANDIN))
@@ -710,3 +710,63 @@ def test_the_wheel_carries_every_module(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"sglang_standin/{p.name}" for p in (STANDIN / "sglang_standin").glob("*.py")} <= names
+
+
+# ------------------------------------------------------------------ /v1/loads and /get_load against the sources
+
+LOAD_SECTIONS = {"memory", "speculative", "lora", "disaggregation", "queues"}
+
+
+def _class_fields(path: Path, name: str) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    return [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+
+
+def _returned_dict_keys(path: Path, function: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function)
+    ret = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)][-1]
+    return {k.value for k in ret.value.keys if isinstance(k, ast.Constant)}
+
+
+def _load_keys(version: str) -> set[str]:
+    """The keys of one entry of /v1/loads' "loads" (include=all, no optional section), from the release's source."""
+    srt = real_tree(version) / "sglang" / "srt"
+    if version == "0.5.9":  # dataclasses.asdict without None values and the timestamp, plus num_total_reqs
+        return set(_class_fields(srt / "managers/io_struct.py", "GetLoadsReqOutput")) - LOAD_SECTIONS - {"timestamp"} | {"num_total_reqs"}
+    if version == "0.5.13":  # LoadSnapshot.to_dict's literal
+        tree = ast.parse((srt / "managers/load_snapshot.py").read_text(encoding="utf-8"))
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "to_dict")
+        literal = next(n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict))
+        return {k.value for k in literal.keys if isinstance(k, ast.Constant)}
+    return set(_class_fields(srt / "managers/load_snapshot.py", "LoadSnapshot")) - LOAD_SECTIONS  # _CORE_KEYS
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.13", "0.5.23"])
+def test_the_loads_endpoints_answer_as_that_releases_source(version: str) -> None:
+    flags = ["--model-path", "/models/tiny", "--api-key", "k"]
+    with standin_server(flags, {**FAST, "SGLANG_STANDIN_VERSION": version}) as url:
+        status, body = _get_json(url, "/v1/loads", "k")
+        assert status == 200
+        assert set(body) == _returned_dict_keys(real_tree(version) / "sglang/srt/entrypoints/v1_loads.py", "get_loads")
+        assert set(body["loads"][0]) == _load_keys(version)
+        assert body["version"] == version and body["loads"][0]["num_running_reqs"] == 0
+        assert _get_json(url, "/v1/loads", None)[0] == 401  # not an open path
+        status, legacy = _get_json(url, "/get_load", "k")
+        http_server = (real_tree(version) / "sglang/srt/entrypoints/http_server.py").read_text(encoding="utf-8")
+        assert (status == 200) == ('@app.get("/get_load")' in http_server)
+        if status == 200:
+            assert {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens", "ts_tic"} <= set(legacy[0])
+
+
+def _get_json(url: str, path: str, key: Optional[str]) -> tuple[int, Any]:
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+        response = conn.getresponse()
+        text = response.read().decode()
+        return response.status, json.loads(text) if text else None
+    finally:
+        conn.close()
