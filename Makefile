@@ -19,14 +19,14 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help deploy test lint pytest molecule bench rehearsal sample-report venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down clean
+.PHONY: help deploy test lint pytest molecule bench rehearsal sample-report venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool router-wheels lab lab-down clean
 
 help:
 	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, then pytest beside every molecule scenario ($(SCENARIOS))"
 	@echo "make sample-report                             docs/sample/: the lab's latest report and chart (the stand-in server's)"
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
-	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool lab lab-down lint pytest molecule clean"
+	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool router-wheels lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt scripts/venv.sh
 	scripts/venv.sh $(VENV) $(PYTHON)
@@ -45,6 +45,10 @@ wheelhouse: venv
 
 sglang-wheels: venv
 	scripts/sglang-wheels.sh
+
+# SGLang's router and what its launcher needs (stack_router_*), for role sglang_router and the tests.
+router-wheels: venv
+	scripts/router-wheels.sh
 
 # SGLang's real dependencies on a CPU (torch, transformers, ...) for tests and the lab host.
 sglang-runtime: sglang-wheels
@@ -82,16 +86,16 @@ lint: venv
 	for module in library/*.py; do \
 	  ansible-doc -M library "$$(basename "$$module" .py)" >/dev/null || { echo "lint: ansible-doc cannot read the docs of $$module" >&2; exit 1; }; done
 
-pytest: venv wheelhouse sglang-wheels sglang-runtime promtool
+pytest: venv wheelhouse sglang-wheels sglang-runtime promtool router-wheels
 	pytest tests
 
-molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool
+molecule: venv images wheelhouse fixtures sglang-wheels sglang-runtime promtool router-wheels
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
 # make test: lint beside the set-up steps (lint works the CPU while the downloads wait on the disk and
 # the network; -O keeps each step's output in one piece), then pytest as one more job of the molecule
 # lanes, second in the queue, so it runs beside the longest scenario instead of before all of them.
-TEST_STEPS := lint images wheelhouse fixtures sglang-wheels sglang-runtime promtool
+TEST_STEPS := lint images wheelhouse fixtures sglang-wheels sglang-runtime promtool router-wheels
 test: venv
 	$(MAKE) --no-print-directory -j4 -O $(TEST_STEPS)
 	scripts/molecule-lanes.sh $(firstword $(SCENARIOS)) pytest $(wordlist 2,$(words $(SCENARIOS)),$(SCENARIOS))

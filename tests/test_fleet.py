@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import DATA, standin_server
+from conftest import DATA, ROOT, standin_server
 from sglang_sm120.fleet import drain, router
 from sglang_sm120.serve import bench_client
 
@@ -277,3 +277,34 @@ def test_a_drain_needs_two_quiet_polls_in_a_row() -> None:
     result = drain.wait_drained(lambda: drain.Load(next(counts), 0, "/v1/loads"), timeout=60, interval=1, clock=clock, sleep=sleep)
     assert result.drained and result.polls == 5
     assert result.history == [(0.0, 1), (1.0, 0), (2.0, 1), (3.0, 0)]
+
+
+# ------------------------------------------------------------------ the router's launcher (roles/sglang_router/files/)
+
+
+def launcher():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("router_launcher", ROOT / "roles/sglang_router/files/router_launcher.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_launcher_reads_the_key_from_the_named_file(tmp_path) -> None:
+    mod = launcher()
+    (tmp_path / "file").write_text("from-file\n")
+    assert mod.read_key({"SGLANG_ROUTER_API_KEY_FILE": str(tmp_path / "file")}) == "from-file"
+    assert mod.read_key({}) is None
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(SystemExit, match="empty"):
+        mod.read_key({"SGLANG_ROUTER_API_KEY_FILE": str(tmp_path / "empty")})
+
+
+def test_the_launcher_refuses_a_key_on_its_command_line_and_reaches_its_router_on_loopback() -> None:
+    mod = launcher()
+    with pytest.raises(SystemExit, match="would show in ps"):
+        mod.main(["--port", "30000", "--api-key", "k"])
+    assert mod.local_base(["--host", "0.0.0.0", "--port", "30100"]) == "http://127.0.0.1:30100"
+    assert mod.local_base(["--host", "10.0.0.5"]) == "http://10.0.0.5:30000"
+    assert mod.local_base(["--host", "fd00::5", "--port", "1"]) == "http://[fd00::5]:1"
