@@ -278,6 +278,8 @@ def leave_join(url: str, key: str, worker: Worker, drain_timeout: int, *extra: s
         str(Path(sys.executable).parent / "ansible-playbook"),
         "-i",
         "localhost,",
+        "-c",
+        "local",
         str(ROOT / "tests/playbooks/router_leave_join.yml"),
         "-e",
         f"ansible_python_interpreter={sys.executable}",
@@ -301,6 +303,11 @@ def test_the_role_drains_a_worker_out_of_the_router_and_puts_it_back(fleet) -> N
     assert key not in run.stdout and worker.key not in run.stdout
     assert client.find(worker.url) is not None and client.healthy_count() == 3
     assert re.search(r"Wait until the server reports no running or waiting request.*\n(ok|changed): \[localhost\]", run.stdout)
+    drained = re.search(  # the summary's line, its wrapping undone
+        rf"router: {re.escape(url)} lists this worker healthy \(3 healthy in all\); drained in ([0-9.]+) s before the restart",
+        " ".join(run.stdout.split()),
+    )
+    assert drained and 1.0 < float(drained[1]) < 30, run.stdout[-3000:]  # the streamed request ran about 4 s from 0.5 s before
 
 
 def test_a_drain_past_its_timeout_puts_the_worker_back_and_names_it(fleet) -> None:
@@ -333,3 +340,4 @@ def test_a_worker_does_not_leave_a_router_with_fewer_than_two_healthy_workers(fl
     allowed = leave_join(url, key, workers[0], 60, allow_downtime=True)
     assert allowed.returncode == 0, allowed.stdout[-3000:]
     assert client.healthy_count() == 1
+    assert "lists this worker healthy (1 healthy in all); drained in" in " ".join(allowed.stdout.split())
