@@ -77,6 +77,13 @@ options:
         option decides names that variable after it, so the message says what to change.
     type: dict
     default: {}
+  problems:
+    description:
+      - Problems the caller already found (the distribution, the Python), each naming its variable; reported with
+        this module's own in one failure, so one run shows everything to fix.
+    type: list
+    elements: str
+    default: []
   save_facts:
     description:
       - Where to save the host's facts as JSON for the start gate (its directory is created, mode
@@ -272,6 +279,7 @@ def main() -> None:
             cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
             save_facts=dict(type="path"),
             setting_names=dict(type="dict", default={}),
+            problems=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -346,8 +354,8 @@ def preflight(module: AnsibleModule, params: dict) -> dict:
         gpus=gpus,
         problems=problems,
     )
-    if problems:
-        problems = name_the_settings(problems, params["setting_names"])
+    if problems or params["problems"]:
+        problems = list(params["problems"]) + name_the_settings(problems, params["setting_names"])
         result["problems"] = problems
         raise ToolkitError(f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
     return result

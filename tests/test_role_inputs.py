@@ -96,3 +96,33 @@ def test_preflight_facts_entry_point_reads_again_only_without_the_toolchain(tmp_
     # the argument check, then the read (ok) or its skip
     assert ("ok=2 " if reads_again else "ok=1 ") in " ".join(proc.stdout.split()), proc.stdout[-3000:]
     assert ("skipped=0" if reads_again else "skipped=1") in proc.stdout, proc.stdout[-3000:]
+
+
+def test_preflight_reports_every_problem_of_the_host_in_one_failure(tmp_path):
+    """The distribution, the Python and a disk all wrong: one failure names all three and their variables."""
+    play_vars = {
+        "preflight_require_gpu": False,
+        "preflight_supported_distributions": {"Plan9": ["4"]},
+        "preflight_min_python": "3.99",
+        "preflight_max_python": "",
+        "preflight_min_memory_gib": 0,
+        "preflight_disks": [{"label": "releases", "path": str(tmp_path), "min_gib": 1e9}],
+        "preflight_host_facts_file": "",
+    }
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [{"hosts": "all", "gather_facts": True, "vars": play_vars, "tasks": [{"ansible.builtin.import_role": {"name": "preflight"}}]}]
+        )
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    env["ANSIBLE_CACHE_PLUGIN"] = "memory"
+    env["ANSIBLE_PYTHON_INTERPRETER"] = sys.executable
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", "--check", str(playbook)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "preflight found 3 problem(s)" in out, proc.stdout[-3000:]
+    assert "(preflight_supported_distributions)" in out and "or newer (preflight_min_python)" in out
+    assert "(preflight_disks)" in out
+    assert "failed=1" in out and out.count("fatal:") == 1
