@@ -5,10 +5,14 @@ from the real sglang-router 0.3.2 and smg 1.13.0 wheels) and against the stand-i
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -308,3 +312,19 @@ def test_the_launcher_refuses_a_key_on_its_command_line_and_reaches_its_router_o
     assert mod.local_base(["--host", "0.0.0.0", "--port", "30100"]) == "http://127.0.0.1:30100"
     assert mod.local_base(["--host", "10.0.0.5"]) == "http://10.0.0.5:30000"
     assert mod.local_base(["--host", "fd00::5", "--port", "1"]) == "http://[fd00::5]:1"
+
+
+# ------------------------------------------------------------------ the summary without a router
+
+
+def test_the_summary_runs_and_names_no_router_where_the_inventory_has_none(tmp_path) -> None:
+    """As the production inventory wires it with no group `router`: an empty router url and router host
+    (Ansible resolves delegate_to before `when`, so an empty one would fail the whole summary)."""
+    playbook = tmp_path / "summary.yml"
+    playbook.write_text(f"- name: The summary\n  ansible.builtin.import_playbook: {ROOT / 'playbooks/summary.yml'}\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
+    argv += ["-e", json.dumps({"sglang_router_url": "", "sglang_router_router_host": "", "ansible_python_interpreter": sys.executable})]
+    run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "benchmark: not run in this play" in run.stdout and "router:" not in run.stdout
