@@ -85,5 +85,28 @@ def test_step_two_on_the_example_site(tmp_path):
     assert test_host["ansible_port"] == 2251
     assert test_host["preflight_require_gpu"] is False
     assert "sglang_launch_model_configs" not in test_host
+    assert test_host["sglang_extra_env"]["SGLANG_STANDIN_LOAD_SECONDS"] == str(quickstart.STANDIN_LOAD_SECONDS)
+    assert test_host["sglang_start_timeout"] == quickstart.START_TIMEOUT_SECONDS
     with pytest.raises(quickstart.QuickstartError, match=r"192\.0\.2\.10"):
         quickstart.operator_edits(tree, 2251, tmp_path / "ssh")
+
+
+# What an operator sees, as the callback and the roles print it (lines of a real quickstart run, shortened).
+SEEN = """\
+    msg: 'start gate: 28 known start failures checked (SGLang 0.5.9, capability 12.0):
+    - 'source builds: 0.0-0.0 h (estimates, sglang_build_estimate_hours; not measured)'
+    - 'plan: 3 artifact(s) to fetch or build'
+    - 'downtime: none (nothing serves yet)'
+WAITING [gpu-01]: start canary of release 0001-3f2a9c1d (policy auto): 0:05 elapsed, 14:54 left of 15:00 | loading
+WAITING [gpu-01]: start of sglang.service (/health port closed, unit active): 0:05 elapsed, 0:24 left of 0:30 | Uvicorn running
+WAITING [gpu-01]: benchmark eagle3 concurrency 1 (bench_serving): 0:05 elapsed, 59:54 left of 1:00:00
+"""
+
+
+def test_the_operators_view_holds_every_promised_line_and_no_retrying_noise():
+    assert quickstart.operator_view(SEEN) == []
+    without_canary = "\n".join(line for line in SEEN.splitlines() if "start canary" not in line)
+    assert [m.split(" (/")[0] for m in quickstart.operator_view(without_canary)] == ["the start canary's progress"]
+    missing = quickstart.operator_view(SEEN + "FAILED - RETRYING: [gpu-01]: Wait for the server's health (120 retries left).\n")
+    assert len(missing) == 1 and "FAILED - RETRYING" in missing[0]
+    assert len(quickstart.operator_view("")) == len(quickstart.PROMISED)

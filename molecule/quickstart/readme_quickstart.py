@@ -12,10 +12,14 @@ here, and only that:
   commands `192.0.2.10:30000` becomes the port the test host's 30000 is published on;
 - host_vars/gpu-01/test-host.yml says how this host is reached (the published SSH port, the
   scenario's key and known_hosts) and turns the GPU checks off as the lab does (the lab's
-  group_vars, less the model configs: this host holds the model directories themselves).
+  group_vars, less the model configs: this host holds the model directories themselves); the
+  stand-in server "loads" for STANDIN_LOAD_SECONDS, so that the canary's and the start's waits
+  take more than one poll and print their progress lines as a real load's do.
 
 A command line ending in `# prints TEXT` must print TEXT. The run fails at the first failing
-command, naming the block and its line; its output is printed as it comes.
+command, naming the block and its line; its output is printed as it comes and kept in
+<work>/output.log. At the end, what the operator saw must hold what the README promises of it
+(`operator_view`): the plan of `--check`, progress lines and no `FAILED - RETRYING`.
 
   readme_quickstart.py --repo DIR --ssh-port N --http-port N --ssh-dir DIR [--work DIR]
 """
@@ -123,6 +127,8 @@ def operator_edits(tree: Path, ssh_port: int, ssh_dir: Path) -> None:
     for name in ("lab.yml", "build.yml"):
         lab.update(yaml.safe_load((tree / "inventory/lab/group_vars/lab" / name).read_text()))
     lab.pop("sglang_launch_model_configs")
+    lab["sglang_extra_env"] = {**lab.get("sglang_extra_env", {}), "SGLANG_STANDIN_LOAD_SECONDS": str(STANDIN_LOAD_SECONDS)}
+    lab["sglang_start_timeout"] = START_TIMEOUT_SECONDS
     lab.update(
         ansible_port=ssh_port,
         ansible_ssh_private_key_file=str(ssh_dir / "id_ed25519"),
@@ -140,6 +146,46 @@ def operator_env(home: Path) -> dict[str, str]:
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if not p.rstrip("/").endswith(("/.venv/bin", "/virtualenv/bin")))
     env["HOME"] = str(home)
     return env
+
+
+def run_block(text: str, tree: Path, env: dict[str, str], log: Path) -> int:
+    """Run one block with bash, printing its output as it comes and appending it to the log."""
+    with (
+        subprocess.Popen(["bash", "-c", text], cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc,
+        log.open("ab") as out,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+            out.write(line)
+    return proc.returncode
+
+
+# TEST FIXTURE: seconds the stand-in keeps its port closed, "loading" (its default is 2); longer than a
+# poll of the start's wait (the lab's 2 s), and with the rest of the start longer than the canary's (5 s).
+STANDIN_LOAD_SECONDS = 4
+# The lab's 30 s start timeout is for its 2-second stand-in; this one waits longer on a busy CI machine.
+START_TIMEOUT_SECONDS = 120
+
+# What an operator following the quick start is promised to see (README step 4, docs/progress.md).
+PROMISED = {
+    "the start gate's verdicts": re.compile(r"start gate: \d+ known start failures checked"),
+    "the build plan with its estimates (--check)": re.compile(r"source builds: [0-9.]+-[0-9.]+ h \(estimates"),
+    "the plan's summary line (--check)": re.compile(r"plan: \d+ artifact\(s\) to fetch or build"),
+    "how long nothing would serve (--check)": re.compile(r"downtime: none \(nothing serves yet\)"),
+    "the start canary's progress": re.compile(r"WAITING \[gpu-01\]: start canary of release \S+ \(policy \w+\): \d+:\d\d elapsed"),
+    "the start's progress": re.compile(r"WAITING \[gpu-01\]: start of sglang\.service \(/health [^,]+, unit \w+\): \d+:\d\d elapsed"),
+    "the benchmark's progress": re.compile(r"WAITING \[gpu-01\]: benchmark \w+ concurrency \d+ \(bench_serving\): \d+:\d\d elapsed"),
+}
+
+
+def operator_view(output: str) -> list[str]:
+    """What the README promises the operator sees and the output lacks (empty: all there)."""
+    missing = [f"{what} (/{pattern.pattern}/)" for what, pattern in PROMISED.items() if not pattern.search(output)]
+    if "FAILED - RETRYING" in output:
+        missing.append("no `FAILED - RETRYING` line (the toolkit's callback prints progress instead), found one")
+    return missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     edited = False
     for number, block in enumerate(steps, 1):
         print(f"quickstart: block {number} of {len(steps)}", flush=True)
-        result = subprocess.run(["bash", "-c", script(block, args.http_port, work / "exported")], cwd=tree, env=env)
-        if result.returncode != 0:
-            raise QuickstartError(f"block {number} of the README's quick start failed (exit {result.returncode}):\n{block}")
+        returncode = run_block(script(block, args.http_port, work / "exported"), tree, env, work / "output.log")
+        if returncode != 0:
+            raise QuickstartError(f"block {number} of the README's quick start failed (exit {returncode}):\n{block}")
         if not edited and (tree / "inventory/site/hosts.yml").exists():
             operator_edits(tree, args.ssh_port, args.ssh_dir.resolve())
             edited = True
@@ -174,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     reports = sorted((tree / "reports").glob("gpu-01/*/report.md"))
     if not reports:
         raise QuickstartError(f"the quick start ran but wrote no report under {tree / 'reports'}")
+    missing = operator_view((work / "output.log").read_text(encoding="utf-8", errors="replace"))
+    if missing:
+        raise QuickstartError("the quick start's output lacks what the README promises:\n- " + "\n- ".join(missing))
     print(f"quickstart: done; report {reports[-1]}")
     return 0
 
