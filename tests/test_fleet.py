@@ -328,3 +328,26 @@ def test_the_summary_runs_and_names_no_router_where_the_inventory_has_none(tmp_p
     run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "benchmark: not run in this play" in run.stdout and "router:" not in run.stdout
+
+
+def test_deploy_proves_the_release_before_the_worker_leaves_its_router() -> None:
+    """A release the start canary refuses costs no drain: deploy.yml runs sglang_service's prove entry
+    point (canary beside the serving server only) before the leave, and main after it, told so."""
+    import yaml
+
+    play = yaml.safe_load((ROOT / "playbooks/deploy.yml").read_text())[0]
+    steps = play["tasks"][0]["block"]
+
+    def index(role: str, entry: str) -> int:
+        for i, task in enumerate(steps):
+            include = task.get("ansible.builtin.include_role", {})
+            if include.get("name") == role and include.get("tasks_from", "main") == entry:
+                return i
+        raise AssertionError(f"deploy.yml does not include {role}:{entry}")
+
+    prove, leave, start = index("sglang_service", "prove"), index("sglang_router", "leave"), index("sglang_service", "main")
+    assert prove < leave < start
+    assert steps[prove]["vars"]["sglang_service_canary_beside_only"] is True
+    assert steps[start]["vars"]["sglang_service_prepared"] is True
+    # the leave waits for a server that must restart at all
+    assert "sglang_service_needs_start" in steps[leave]["when"]

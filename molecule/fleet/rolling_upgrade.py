@@ -7,6 +7,9 @@ through SGLang's router, and write what happened as JSON for molecule/fleet/veri
   rate the first request measured; they stop taking new requests once the command has ended;
 - the router's view: GET /workers every 0.5 s (healthy workers, and when each worker left the
   router and came back);
+- the order of the steps: when the new release's start canary finished on each worker (its log's
+  modification time, /opt/sglang/current/logs/canary.log after the run), to be before the worker left
+  the router (deploy.yml proves a release before the drain, so a refused release costs none);
 - the workers' view: each worker's journal (docker exec <container> journalctl -u sglang), its
   scheduler's "Prefill batch" lines with the journal's own timestamps, read after the run: a line
   after a worker left the router and before its server was stopped is a request that reached a
@@ -119,6 +122,16 @@ def journal(container: str) -> list[tuple[float, str]]:
     return lines
 
 
+def canary_finished(container: str) -> float | None:
+    """When the current release's start canary log was last written (None: no canary log)."""
+    out = subprocess.run(
+        ["docker", "exec", container, "stat", "-L", "-c", "%Y", "/opt/sglang/current/logs/canary.log"],
+        capture_output=True,
+        text=True,
+    )
+    return float(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+
+
 def late_arrivals(lines: list[tuple[float, str]], spans: list[list[float]]) -> list[str]:
     """Prefill lines of the old server after the worker left the router (1 s of poll slack) and before it was stopped."""
     late = []
@@ -165,6 +178,7 @@ def main(argv: list[str]) -> int:
     # Each worker's journal carries the scheduler's lines at all (else "no late arrival" proves nothing).
     prefills = {url: sum(PREFILL in text for _t, text in journals[url]) for url in urls}
     healthy = [sum(s["workers"].values()) for s in watch.samples if "workers" in s]
+    canaries = {url: canary_finished(urlsplit(url).hostname or "") for url in urls}
     report = {
         "workers": urls,
         "tokens": tokens,
@@ -181,6 +195,10 @@ def main(argv: list[str]) -> int:
         "out_of_router": spans,
         "late_arrivals": late,
         "prefill_lines": prefills,
+        # per worker: [canary log last written, left the router] (epoch seconds; the stat is whole seconds)
+        "canary_then_left": {url: [canaries[url], spans[url][0][0] if spans[url] else None] for url in urls},
+        # the log's time is whole seconds, rounded down: at or before the leave means it finished before
+        "canary_before_leave": {url: canaries[url] is not None and bool(spans[url]) and canaries[url] <= spans[url][0][0] for url in urls},
     }
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     summary = {k: report[k] for k in ("command_rc", "command_seconds", "tokens", "healthy_min", "healthy_max", "samples")}
