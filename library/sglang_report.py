@@ -70,6 +70,13 @@ options:
     description: Benchmark settings shown in the report (prompt set, counts, client and why).
     type: dict
     default: {}
+  router:
+    description:
+      - Behind a router, this worker's leave in the deploy - C(url) (the router), C(worker_url), C(left) (taken out in
+        this deploy), C(healthy_before) (healthy workers the router listed then), C(drain) (module sglang_drain's result).
+      - Shown in the report's Router section; {} (no router) shows none.
+    type: dict
+    default: {}
   report_dir:
     description: Where the three report files go (default C(<root>/releases/<release>/report)).
     type: path
@@ -160,12 +167,13 @@ def main() -> None:
             threshold=dict(type="float", default=1.0),
             evidence=dict(type="dict", default={}),
             settings=dict(type="dict", default={}),
+            router=dict(type="dict", default={}),
             report_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    options = {name: p[name] for name in ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "report_dir")}
+    options = {name: p[name] for name in ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "router", "report_dir")}
     args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])
     run_module(module, lambda: dict(changed=True, **report_release(*args, **options, check_mode=module.check_mode)))
 

@@ -426,6 +426,42 @@ def test_the_report_shows_the_start_canary_and_never_reads_its_accept_length_as_
     assert "- **skipped** (not recorded): no start canary recorded for this release" in md
 
 
+def test_the_report_says_where_the_worker_stood_in_its_router_and_how_long_it_drained() -> None:
+    figures = figures_for({"baseline": 90, "eagle3": 120})
+    v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
+    # what deploy.yml passes: the leave's result and module sglang_drain's (its RETURN sample's shape)
+    drain = {
+        "drained": True,
+        "elapsed_s": 41.3,
+        "polls": 43,
+        "last": {"running": 0, "waiting": 0, "source": "/v1/loads", "in_flight": 0},
+        "history": [[0.0, 4], [12.1, 3], [40.2, 0]],
+    }
+    router = {"url": "http://10.0.0.5:30200", "worker_url": "http://10.0.0.7:30000", "left": True, "healthy_before": 3, "drain": drain}
+    report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {}, None, router)
+    assert report["router"] == {
+        "url": "http://10.0.0.5:30200",
+        "worker_url": "http://10.0.0.7:30000",
+        "left": True,
+        "healthy_before": 3,
+        "drained_s": 41.3,
+        "in_flight_at_leave": 4,
+        "load_source": "/v1/loads",
+    }
+    md = render_markdown(report)
+    assert "## Router" in md
+    assert (
+        "- worker http://10.0.0.7:30000 left http://10.0.0.5:30200 before the restart (3 healthy workers listed then), "
+        "drained in 41.3 s (4 requests in flight when it left, read from /v1/loads)"
+    ) in md
+    assert "joins again after the benchmark" in md
+    # without a router: no section, and report.json says so with {}
+    alone = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {})
+    assert alone["router"] == {} and "## Router" not in render_markdown(alone)
+    stayed = render_markdown(build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {}, None, {**router, "left": False, "drain": {}}))
+    assert "not taken out in this deploy" in stayed and "drained" not in stayed
+
+
 def test_the_report_dir_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     target = tmp_path / "report"
     report = {"release": "r1"}

@@ -309,10 +309,12 @@ def build_report(
     history: Sequence[Mapping[str, Any]],
     settings: Mapping[str, Any],
     evidence: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    router: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """report.json: what runs (versions and hashes, patches, audit, flags, health, optimisations
     with what was seen of them) and how fast, for one release on one host. ``evidence`` is
-    {profile: read_evidence(...)}: what the server showed while that profile was measured."""
+    {profile: read_evidence(...)}: what the server showed while that profile was measured.
+    ``router``: behind a router, the worker's leave and drain in this deploy (router_summary)."""
     service = manifest.get("service") or {}
     findings = service.get("runtime_findings") or []
     patches = manifest.get("patches") if isinstance(manifest.get("patches"), Mapping) else {}
@@ -372,8 +374,45 @@ def build_report(
         },
         "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
         "canary": canary_summary(manifest.get("canary")),
+        "router": router_summary(router),
         "history": [dict(h) for h in history],
     }
+
+
+def router_summary(router: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """The worker's place in its router for the report: {} without a router, else its router's
+    address, the worker's, whether it left in this deploy, the healthy workers the router listed before,
+    and the drain (seconds, requests in flight when it left, the endpoint read)."""
+    if not router or not router.get("url"):
+        return {}
+    drain = router.get("drain") or {}
+    history = drain.get("history") or []
+    return {
+        "url": str(router["url"]),
+        "worker_url": str(router.get("worker_url") or ""),
+        "left": bool(router.get("left")),
+        "healthy_before": router.get("healthy_before"),
+        "drained_s": drain.get("elapsed_s"),
+        "in_flight_at_leave": history[0][1] if history and len(history[0]) > 1 else None,
+        "load_source": (drain.get("last") or {}).get("source"),
+    }
+
+
+def router_lines(router: Mapping[str, Any]) -> list[str]:
+    """The report's "Router" section (none without a router)."""
+    if not router:
+        return []
+    lines = ["", "## Router", ""]
+    if not router.get("left"):
+        lines.append(f"- worker {_md(router['worker_url'])} behind {_md(router['url'])}: not taken out in this deploy")
+        return lines
+    lines.append(
+        f"- worker {_md(router['worker_url'])} left {_md(router['url'])} before the restart "
+        f"({_fmt(router.get('healthy_before'), 0)} healthy workers listed then), drained in {_fmt(router.get('drained_s'))} s "
+        f"({_fmt(router.get('in_flight_at_leave'), 0)} requests in flight when it left, read from {_md(router.get('load_source') or '-')})"
+    )
+    lines.append("- the benchmark ran with the worker out of the router; it joins again after the benchmark, once healthy")
+    return lines
 
 
 CANARY_ACCEPT_NOTE = "meaningless on random weights (the tiny draft guesses at chance); never gated on"
@@ -625,6 +664,7 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
     if not report["optimisations"]:
         lines.append("- none requested by the flags")
     lines += canary_lines(report.get("canary") or canary_summary(None))
+    lines += router_lines(report.get("router") or {})
     return "\n".join(lines) + "\n"
 
 
@@ -674,6 +714,7 @@ def report_release(
     threshold: float = 1.0,
     evidence: Optional[Mapping[str, str]] = None,
     settings: Optional[Mapping[str, Any]] = None,
+    router: Optional[Mapping[str, Any]] = None,
     report_dir: Optional[str] = None,
     check_mode: bool = False,
 ) -> dict[str, Any]:
@@ -697,7 +738,9 @@ def report_release(
         manifest = json.loads((releases.path(release) / "manifest.json").read_text(encoding="utf-8"))
         entry = record_entry(figures, judged)
         record["releases"][release]["benchmark"] = entry
-        report = build_report(host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen)
+        report = build_report(
+            host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen, router
+        )
         markdown = render_markdown(report)
         directory = report_dir or str(releases.path(release) / "report")
         files = [str(Path(directory) / n) for n in ("report.json", "report.md")]
