@@ -9,10 +9,8 @@ INVENTORY ?= inventory/lab
 PLAYBOOK ?= playbooks/site.yml
 ALL_SCENARIOS := $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # Longest first, dealt to parallel lanes by scripts/molecule-lanes.sh; new scenarios go last.
-SCENARIO_ORDER := service upgrade build ssh quickstart patches default cuda_apt monitoring
-# Run only when named (make molecule SCENARIOS=fleet): longer than make test's budget allows.
-SEPARATE_SCENARIOS := fleet
-SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER) $(SEPARATE_SCENARIOS),$(ALL_SCENARIOS))
+SCENARIO_ORDER := service upgrade ssh fleet build quickstart patches default cuda_apt monitoring
+SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(SCENARIO_ORDER)) $(filter-out $(SCENARIO_ORDER),$(ALL_SCENARIOS))
 TEST_SUITES := bookworm trixie
 
 export SGLANG_TOOLKIT_CACHE := $(CURDIR)/.cache
