@@ -8,6 +8,7 @@
 # Redone only when the specs change.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib/wheelhouse.sh"
 python=${PYTHON:-$root/.venv/bin/python}
 cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
 package=$("$python" "$root/scripts/stack_var.py" stack_router_package)
@@ -15,14 +16,5 @@ version=$("$python" "$root/scripts/stack_var.py" stack_router_version)
 mapfile -t requirements < <("$python" "$root/scripts/stack_var.py" stack_router_requirements)
 specs=("$package==$version" "${requirements[@]}")
 wheelhouse="$cache/wheelhouse/router-$version"
-if [ "$(cat "$wheelhouse/.specs" 2>/dev/null)" != "${specs[*]}" ]; then
-    echo "router-wheels: downloading ${specs[*]}"
-    rm -rf "$wheelhouse.partial"
-    "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
-        --python-version 3.11 -d "$wheelhouse.partial" "${specs[@]}"
-    printf '%s' "${specs[*]}" >"$wheelhouse.partial/.specs"
-    rm -rf "$wheelhouse"
-    mv "$wheelhouse.partial" "$wheelhouse"
-fi
+fill_wheelhouse router-wheels "$python" "$wheelhouse" "${specs[@]}"
 echo "router-wheels: $wheelhouse ($(ls "$wheelhouse" | wc -l) wheels)"

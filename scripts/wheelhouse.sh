@@ -7,23 +7,14 @@
 # Both are redone only when the wheel specs change.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib/wheelhouse.sh"
 python=${PYTHON:-$root/.venv/bin/python}
 cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
 version=$("$python" "$root/scripts/stack_var.py" stack_cuda_version)
 mapfile -t specs < <("$python" "$root/scripts/stack_var.py" stack_cuda_wheel_specs)
 wheelhouse="$cache/wheelhouse/cuda-toolkit-$version"
-stamp="$wheelhouse/.specs"
 
-if [ "$(cat "$stamp" 2>/dev/null)" != "${specs[*]}" ]; then
-    echo "wheelhouse: downloading ${specs[*]}"
-    rm -rf "$wheelhouse.partial"
-    "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
-        --python-version 3.11 -d "$wheelhouse.partial" "${specs[@]}"
-    printf '%s' "${specs[*]}" >"$wheelhouse.partial/.specs"
-    rm -rf "$wheelhouse"
-    mv "$wheelhouse.partial" "$wheelhouse"
-fi
+fill_wheelhouse wheelhouse "$python" "$wheelhouse" "${specs[@]}"
 
 toolkit="$cache/cuda-toolkit-$version"
 if [ "$(cat "$toolkit/.specs" 2>/dev/null)" != "${specs[*]}" ]; then
