@@ -389,7 +389,7 @@ def test_a_probe_fails_loudly_when_the_code_moved(tmp_path: Path) -> None:
 def test_the_docs_table_follows_the_catalogue() -> None:
     """docs/start-failures.md lists every entry once, with the catalogue's range and severity."""
     text = (DATA.parent.parent / "docs" / "start-failures.md").read_text()
-    table = text.split("| id | row | versions | severity | decided by |", 1)[1].split("\n\n", 1)[0]
+    table = text.split("| id | row | versions | severity | fails at | caught by | decided by |", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in table.strip().splitlines()[1:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -400,3 +400,9 @@ def test_the_docs_table_follows_the_catalogue() -> None:
         shown = "all" if low == "0.0.0" and high is None else f"{low}-" if high is None else low if low == high else f"{low}-{high}"
         assert rows[entry_id][2] == shown, (entry_id, rows[entry_id][2], shown)
         assert rows[entry_id][3].split(",")[0].split(" ")[0] == entry.severity, entry_id
+        assert rows[entry_id][4:6] == [entry.phase, entry.caught_by], entry_id
+    # what nothing here can catch is named where the docs list what only an SM120 host can show
+    only_sm120 = text.split("## What only an SM120 host can show", 1)[1].split("\n## ", 1)[0]
+    for entry_id, entry in ENTRIES.items():
+        if entry.caught_by == "none":
+            assert f"`{entry_id}`" in only_sm120, entry_id

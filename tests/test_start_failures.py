@@ -475,6 +475,9 @@ def raw_catalogue() -> dict[str, Any]:
             "entry 'fa3-on-sm120': field versions: to 0.5.1 is before from 0.5.9",
         ),
         (lambda e: e.update(refs=[]), "entry 'fa3-on-sm120': field refs must be a non-empty list"),
+        (lambda e: e.pop("phase"), "entry 'fa3-on-sm120': missing field(s) phase"),
+        (lambda e: e.update(phase="start"), "entry 'fa3-on-sm120': field phase must be one of init, argument-check, load,"),
+        (lambda e: e.update(caught_by="luck"), "entry 'fa3-on-sm120': field caught_by must be one of gate, canary, none, found 'luck'"),
         (lambda e: e.update(severity="fatal"), "entry 'fa3-on-sm120': field severity must be one of refuse, warn, found 'fatal'"),
         (lambda e: e.update(colour="red"), "entry 'fa3-on-sm120': unknown field(s) colour"),
         (lambda e: e["trigger"].append({"host": "ram_gib", "is": True}), "entry 'fa3-on-sm120': trigger[2]: host must name one of"),
@@ -652,6 +655,11 @@ def test_cli_refuses_and_says_why(kimi: Path) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("refused: [trtllm-mla-on-sm120]") and "sglang #24633" in line for line in lines), out.stdout
+    # each refusal says where the start would have failed
+    assert any(
+        line.startswith("refused: [trtllm-mla-on-sm120]") and "(fails after the weights load, at SGLang's warm-up request)" in line
+        for line in lines
+    ), out.stdout
     assert any(line.startswith("refused: [fp8-kv-from-checkpoint]") for line in lines)
     assert any(
         line.startswith("refused: [modelopt-nvfp4-read-as-fp8]") and "quant_method modelopt" in line and "sglang #14285" in line

@@ -40,6 +40,22 @@ MIB = 1024**2
 VERDICTS = ("ok", "refused", "warning", "unknown", "n/a")
 SEVERITIES = ("refuse", "warn")
 EVIDENCE = ("confirmed", "unconfirmed")
+# Where in a start the failure shows, in order (what the operator loses: before the load costs nothing).
+PHASES = {
+    "init": "at start, before the weights load (CUDA, NCCL or communicator set-up)",
+    "argument-check": "at start, in SGLang's argument check",
+    "load": "during the weights load",
+    "backend-init": "after the weights load, when the attention/MoE backends and the KV cache are set up",
+    "jit": "after the weights load, at the first use of a kernel compiled just in time",
+    "cuda-graph-capture": "after the weights load, in CUDA-graph capture",
+    "warm-up": "after the weights load, at SGLang's warm-up request",
+    "first-request": "at the first request",
+    "never": "never as an error: the server runs, but not as asked",
+}
+# Who can catch it before it costs a load of the real model: the start gate (from flags, the model
+# directories and the host facts), only the start canary (the release's server on tiny models, on the
+# real GPUs), or nothing here (only the real start on an SM120 host shows it; docs/start-failures.md).
+CAUGHT_BY = ("gate", "canary", "none")
 ENTRY_KEYS = {
     "id": "required",
     "title": "required",
@@ -51,6 +67,8 @@ ENTRY_KEYS = {
     "fix": "required",
     "refs": "required",
     "trigger": "required",
+    "phase": "required",
+    "caught_by": "required",
     "unconfirmed": "optional",
     "waived_by_patches": "optional",
     "params": "optional",
@@ -140,6 +158,8 @@ class Entry:
     waived_by_patches: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     acknowledged_by: str = ""
+    phase: str = "first-request"
+    caught_by: str = "gate"
 
     def in_range(self, version: str) -> Optional[bool]:
         parsed = version_tuple(version)
@@ -233,6 +253,10 @@ def _entry(source: str, index: int, raw: Any, seen: set[str]) -> Entry:
         raise CatalogueError(f"{where}: field versions: to {versions['to']} is before from {versions['from']}")
     if raw["severity"] not in SEVERITIES:
         raise CatalogueError(f"{where}: field severity must be one of {', '.join(SEVERITIES)}, found {raw['severity']!r}")
+    if raw["phase"] not in PHASES:
+        raise CatalogueError(f"{where}: field phase must be one of {', '.join(PHASES)}, found {raw['phase']!r}")
+    if raw["caught_by"] not in CAUGHT_BY:
+        raise CatalogueError(f"{where}: field caught_by must be one of {', '.join(CAUGHT_BY)}, found {raw['caught_by']!r}")
     if raw["evidence"] not in EVIDENCE:
         raise CatalogueError(f"{where}: field evidence must be one of {', '.join(EVIDENCE)}, found {raw['evidence']!r}")
     if raw["evidence"] == "unconfirmed":
@@ -280,6 +304,8 @@ def _entry(source: str, index: int, raw: Any, seen: set[str]) -> Entry:
         waived_by_patches=list(patches),
         params=dict(params),
         acknowledged_by=ack,
+        phase=raw["phase"],
+        caught_by=raw["caught_by"],
     )
 
 
@@ -704,11 +730,14 @@ class Verdict:
     fix: str = ""
     refs: list[str] = field(default_factory=list)
     unconfirmed: str = ""
+    phase: str = ""
 
     def text(self) -> str:
         head = f"{self.verdict}: [{self.id}] {self.title}"
         if self.verdict in ("refused", "warning"):
             out = f"{head}: {self.message}"
+            if self.phase:
+                out += f" (fails {PHASES[self.phase]})"
             if self.unconfirmed:
                 out += f" (unconfirmed: {self.unconfirmed})"
             out += f"; evidence: {'; '.join(self.evidence)}; fix: {self.fix} [{', '.join(self.refs)}]"
@@ -1029,6 +1058,7 @@ def evaluate_entry(entry: Entry, ctx: Context) -> Verdict:
             entry.fix,
             entry.refs,
             entry.unconfirmed,
+            entry.phase,
         )
 
     in_range = entry.in_range(ctx.version) if ctx.version else None
