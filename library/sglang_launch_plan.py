@@ -112,6 +112,15 @@ options:
   host_facts:
     description: The host-facts file preflight saved (JSON); empty or unreadable makes the entries that need host facts unknown.
     type: path
+  service_user:
+    description:
+      - The user the server's unit runs as. When given, every model directory the flags name that is read on the host (not
+        one given in O(model_files)) must be readable by that user inside the unit's sandbox (outside the paths
+        C(ProtectHome=yes) and C(PrivateTmp=yes) hide, each directory above it searchable, it and its entries readable),
+        judged from the mode bits for the user and its groups (a user not created yet as a new system user); else the
+        plan fails naming the flag, the path, the user and what keeps it out. Empty checks nothing.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -134,6 +143,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+service_access:
+  description:
+    - What O(service_user) was checked for - C(user), C(checked) (the model paths), C(notes) (objects not judged, e.g. with
+      a POSIX ACL); {} when not checked.
+  type: dict
+  returned: success
+  sample: {user: sglang, checked: [/srv/models/Kimi-K2.5-NVFP4], notes: []}
 plan:
   description: The launch plan.
   type: dict
@@ -207,7 +223,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
-from ansible.module_utils.sglang_sm120.launch.plan import make_plan, manifest_digest, planned_patches, write_model_files
+from ansible.module_utils.sglang_sm120.launch.plan import make_plan, manifest_digest, planned_patches, service_access, write_model_files
 
 # The options make_plan takes under the same name, as given; the others are read or renamed in launch_plan().
 PASSED_AS_IS = (
@@ -252,6 +268,7 @@ def main() -> None:
             start_failures_skipped=dict(type="str", default=""),
             model_files=dict(type="dict", default={}),
             host_facts=dict(type="path"),
+            service_user=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -271,7 +288,8 @@ def launch_plan(p: dict, check_mode: bool) -> dict:
             gate_skipped=p["start_failures_skipped"],
             **{name: p[name] for name in PASSED_AS_IS},
         )
-        return dict(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])})
+        access = service_access(plan, model_dirs, p["service_user"]) if p["service_user"] else {}
+        return dict(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])}, service_access=access)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from typing import Any, Optional
 from ..errors import ToolkitError
 from . import flag_check as flag_rules
 from . import flags as server_flags
+from . import model_access, start_failures
 from . import server_args as server_args_check
-from . import start_failures
 from .flag_check import check_launch
 from .flags import exec_start_args
 
@@ -210,6 +210,25 @@ MODEL_FLAGS = (("model-path", "model"), ("speculative-draft-model-path", "draft"
 # The inventory variable each model flag's path comes from in the toolkit's profiles
 # (inventory/*/group_vars/all/service.yml), named when the directory cannot be read.
 MODEL_PATH_VARIABLES = {"model-path": "stack_model_path", "speculative-draft-model-path": "stack_draft_model_path"}
+
+
+def service_access(plan: LaunchPlan, model_dirs: Optional[Mapping[str, str]], user: str) -> dict[str, Any]:
+    """Whether the service's ``user`` can read, inside the unit's sandbox, every model directory the
+    plan's flags name that is read on this host (not those given as config files: ``model_dirs``).
+    Raises LaunchPlanError naming the flag, the path, the user and what keeps it out; returns
+    {user, checked, notes}."""
+    flags = start_failures.parse_argv(plan.argv, None)
+    paths = [
+        (flag, value, MODEL_PATH_VARIABLES[flag])
+        for flag, _kind in MODEL_FLAGS
+        for value in [flags.get(flag)]
+        if isinstance(value, str) and value not in (model_dirs or {})
+    ]
+    try:
+        notes = model_access.check(paths, user)
+    except model_access.ModelAccessError as exc:
+        raise LaunchPlanError(str(exc)) from exc
+    return {"user": user, "checked": [path for _flag, path, _variable in paths], "notes": notes}
 
 
 def start_gate(
