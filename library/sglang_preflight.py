@@ -154,6 +154,19 @@ pcie_only:
   type: bool
   returned: always
   sample: true
+gpu_p2p_read:
+  description:
+    - C(nvidia-smi topo -p2p r) - GPU -> other GPU -> what the driver says of peer-to-peer reads between them (C(OK), or
+      why not - C(CNS) chipset, C(GNS) GPU, C(TNS) topology not supported, C(NS) not supported, C(DR) disabled by regkey,
+      C(U) unknown); null when unknown.
+  type: dict
+  returned: always
+  sample: {GPU0: {GPU1: GNS}, GPU1: {GPU0: GNS}}
+p2p_supported:
+  description: True when the driver reports every GPU pair C(OK); null with fewer than two GPUs or no matrix.
+  type: bool
+  returned: always
+  sample: false
 nvidia_kernel_module:
   description: C(open) or C(proprietary), from C(/proc/driver/nvidia/version); null when unknown.
   type: str

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Optional
@@ -21,6 +22,7 @@ from sglang_sm120.host.facts import (
     HostFactsParseError,
     gather,
     iommu_mode,
+    p2p_supported,
     parse_cmdline,
     parse_driver_version_file,
     parse_gcc_version,
@@ -28,6 +30,7 @@ from sglang_sm120.host.facts import (
     parse_lspci,
     parse_ninja_version,
     parse_nvcc_version,
+    parse_p2p,
     parse_topology,
     pcie_only,
     strip_ansi,
@@ -78,6 +81,9 @@ class FakeHost:
         return name if name.startswith("/") else f"/usr/bin/{name}"
 
     def run(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        if list(argv[1:]) == ["topo", "-p2p", "r"]:  # a second capture of nvidia-smi; absent: not captured
+            path = self.file("topo-p2p-r.txt")
+            return (0, path.read_text(), "") if path else (1, "", "topo -p2p r not captured for this fixture host")
         path = self.file(self.COMMANDS[argv[0].rsplit("/", 1)[-1]])
         assert path is not None, argv
         return 0, path.read_text(), ""
@@ -123,6 +129,8 @@ def test_real_h200_gathered_exactly() -> None:
     assert facts.as_dict() == {
         "gpu_topology": {"GPU0": {}},
         "pcie_only": None,
+        "gpu_p2p_read": {"GPU0": {}},
+        "p2p_supported": None,
         "nvidia_kernel_module": "open",
         "nvidia_module_version": "580.159.04",
         "nvidia_module_gcc": "15.3.0",
@@ -140,6 +148,7 @@ def test_real_h200_gathered_exactly() -> None:
         "jit_tools_missing": [],
         "facts_unknown": {
             "pcie_only": "1 GPU in nvidia-smi topo -m: no GPU pair whose link could be NVLink",
+            "p2p_supported": "1 GPU in nvidia-smi topo -p2p r: no GPU pair",
             "acs_redirect": "lspci not found (install pciutils to read the bridges' ACS settings)",
             "acs_redirect_bridges": "lspci not found (install pciutils to read the bridges' ACS settings)",
         },
@@ -173,7 +182,8 @@ def test_real_cmdline_has_no_iommu_switch_and_init_arguments_are_not_read() -> N
 def test_eight_gpu_pcie_host() -> None:
     facts = FakeHost(HF / "rtx-pro-6000-pcie").gather()
     assert_unknown_has_reasons(facts)
-    assert facts.facts_unknown == {}
+    # no peer-to-peer answer was written for this constructed host (the real one's is not known)
+    assert sorted(facts.facts_unknown) == ["gpu_p2p_read", "p2p_supported"]
     assert facts.pcie_only is True and sorted(facts.gpu_topology or {}) == [f"GPU{i}" for i in range(8)]
     assert facts.gpu_topology["GPU0"] == {  # type: ignore[index]
         "GPU1": "PIX",
@@ -388,3 +398,68 @@ def test_the_h200_fixture_is_the_gathered_capture() -> None:
 
 def test_fact_keys_are_the_gathered_fields() -> None:
     assert sorted(FACT_KEYS) == sorted(GatheredFacts().as_dict())
+
+
+def test_the_drivers_peer_to_peer_answer_is_read_per_pair() -> None:
+    """nvidia-smi topo -p2p r: the real H200 capture (one GPU, underlined header), a constructed 8-GPU
+    host whose driver allows every pair, and one that refuses them (GNS, as consumer Blackwell reports)."""
+    real = parse_p2p(text("h200-real", "topo-p2p-r.txt"))
+    assert real == {"GPU0": {}} and p2p_supported(real) == (None, "1 GPU in nvidia-smi topo -p2p r: no GPU pair")
+    allowed = parse_p2p(text("nvlink-8gpu", "topo-p2p-r.txt"))
+    assert sorted(allowed) == [f"GPU{i}" for i in range(8)] and allowed["GPU3"]["GPU7"] == "OK"
+    assert p2p_supported(allowed) == (True, "every pair OK")
+    refused = parse_p2p(text("p2p-refused", "topo-p2p-r.txt"))
+    assert refused == {"GPU0": {"GPU1": "GNS"}, "GPU1": {"GPU0": "GNS"}}
+    assert p2p_supported(refused) == (False, "not OK: GPU0->GPU1 GNS, GPU1->GPU0 GNS")
+    facts = FakeHost(HF / "p2p-refused").gather()
+    assert facts.gpu_p2p_read == refused and facts.p2p_supported is False
+    assert "p2p_supported" not in facts.facts_unknown
+    # a fixture host whose p2p answer was not captured: unknown, with the reason
+    facts = FakeHost(HF / "rtx-pro-6000-pcie").gather()
+    assert facts.gpu_p2p_read is None and facts.p2p_supported is None
+    assert facts.facts_unknown["p2p_supported"].endswith("exited 1: topo -p2p r not captured for this fixture host")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("", "printed nothing"),
+        (" \tGPU0\tGPU1\t\n GPU0\tX\tYES\t\n GPU1\tOK\tX\t\n", "expected a row GPU<n> with 2 of X, OK, CNS"),
+        (" \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n", "expected a row for each of GPU0, GPU1"),
+        (" \tGPU0\tGPU1\t\n GPU0\tOK\tX\t\n GPU1\tOK\tX\t\n", "row GPU0: expected X in its own column"),
+        ("Legend:\n", "expected a header line starting with GPU0"),
+    ],
+)
+def test_a_p2p_matrix_of_another_shape_says_what_it_expected(raw: str, message: str) -> None:
+    with pytest.raises(HostFactsParseError, match=re.escape(message)):
+        parse_p2p(raw)
+
+
+def test_a_catalogue_condition_reads_the_drivers_p2p_answer() -> None:
+    """{host: p2p_supported, is: false} on a saved facts file: true for the refused pair, false where every
+    pair is OK, unknown (with the reason) where the driver's answer could not be read."""
+    from sglang_sm120.launch.start_failures import Entry
+
+    entry = Entry(
+        id="p2p-probe",
+        title="t",
+        row=None,
+        versions=("0.0.0", None),
+        severity="warn",
+        evidence="unconfirmed",
+        message="m",
+        fix="f",
+        refs=["r"],
+        trigger=[{"host": "p2p_supported", "is": False}],
+        unconfirmed="u",
+    )
+
+    def verdict(host: Path) -> Any:
+        saved = {"gpus": [], **FakeHost(host).gather().as_dict()}
+        return evaluate_entry(entry, Context(flags={}, env={}, version="0.5.9", capability="12.0", host=parse_host_facts(saved)))
+
+    refused = verdict(HF / "p2p-refused")
+    assert refused.verdict == "warning" and "host p2p_supported false" in refused.text()
+    assert verdict(HF / "nvlink-8gpu").verdict == "ok"
+    unread = verdict(HF / "rtx-pro-6000-pcie")
+    assert unread.verdict == "unknown" and "topo -p2p r not captured" in unread.text()

@@ -10,6 +10,10 @@ What is read, and from where:
 
 - ``nvidia-smi topo -m``: the GPU x GPU link matrix (``gpu_topology``) and ``pcie_only`` (no pair
   linked by ``NV#``; null with fewer than two GPUs);
+- ``nvidia-smi topo -p2p r``: what the driver says of peer-to-peer reads between each GPU pair
+  (``gpu_p2p_read``: OK, or why not: CNS chipset, GNS GPU, TNS topology, NS, DR disabled by regkey,
+  U unknown) and ``p2p_supported`` (every pair OK; null with fewer than two GPUs). NCCL's P2P
+  transport and CUDA IPC all-reduce kernels need it; without it NCCL goes through host memory;
 - ``/proc/driver/nvidia/version``: ``nvidia_kernel_module`` (open / proprietary), its version and
   the GCC it was built with;
 - ``/proc/cmdline``: the IOMMU switches (``iommu_cmdline``);
@@ -43,12 +47,15 @@ IOMMU_SWITCHES = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough")
 IOMMU_MODES = ("off", "passthrough", "translated")
 KERNEL_MODULES = ("open", "proprietary")
 JIT_TOOLS = ("nvcc", "ninja", "gcc")
+P2P_STATUSES = ("X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
 
 # Every fact a preflight result carries besides gpus, with what it holds (the schema
 # start_failures.parse_host_facts checks a host-facts file against).
 FACTS: dict[str, str] = {
     "gpu_topology": "nvidia-smi topo -m: GPU -> other GPU -> link (X, PIX, PXB, PHB, NODE, SYS, NV#)",
     "pcie_only": "no GPU pair linked by NVLink (NV#); null with fewer than two GPUs",
+    "gpu_p2p_read": "nvidia-smi topo -p2p r: GPU -> other GPU -> the driver's peer-to-peer read status (OK, CNS, GNS, TNS, NS, DR, U)",
+    "p2p_supported": "every GPU pair can read its peer's memory directly (all OK); null with fewer than two GPUs",
     "nvidia_kernel_module": "open or proprietary (/proc/driver/nvidia/version)",
     "nvidia_module_version": "the kernel module's version (/proc/driver/nvidia/version)",
     "nvidia_module_gcc": "the GCC the kernel module was built with",
@@ -120,6 +127,44 @@ def parse_topology(text: str) -> dict[str, dict[str, str]]:
     if sorted(matrix) != sorted(columns):
         raise HostFactsParseError(f"expected a row for each of {', '.join(columns)}, found rows {', '.join(matrix) or 'none'}")
     return matrix
+
+
+def parse_p2p(text: str) -> dict[str, dict[str, str]]:
+    """``nvidia-smi topo -p2p r`` -> {"GPU0": {"GPU1": "OK", ...}, ...}: the driver's peer-to-peer
+    read status of each GPU pair (each GPU's own X left out; the legend ignored)."""
+    lines = [line for line in strip_ansi(text).splitlines() if line.strip()]
+    if not lines:
+        raise HostFactsParseError("nvidia-smi topo -p2p r printed nothing; expected a GPU x GPU matrix")
+    columns = [token for token in lines[0].split() if _GPU_RE.match(token)]
+    if not columns or lines[0].split()[0] != columns[0]:
+        raise HostFactsParseError(f"expected a header line starting with GPU0, found {lines[0].strip()!r}")
+    matrix: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        cells = line.split()
+        if cells[0] == "Legend:":
+            break
+        statuses = cells[1:]
+        if not _GPU_RE.match(cells[0]) or len(statuses) != len(columns) or set(statuses) - set(P2P_STATUSES):
+            raise HostFactsParseError(
+                f"expected a row GPU<n> with {len(columns)} of {', '.join(P2P_STATUSES)} under {' '.join(columns)}, found {line.strip()!r}"
+            )
+        row = dict(zip(columns, statuses))
+        if row.get(cells[0]) != "X":
+            raise HostFactsParseError(f"row {cells[0]}: expected X in its own column, found {row.get(cells[0])!r}")
+        matrix[cells[0]] = {gpu: status for gpu, status in row.items() if gpu != cells[0]}
+    if sorted(matrix) != sorted(columns):
+        raise HostFactsParseError(f"expected a row for each of {', '.join(columns)}, found rows {', '.join(matrix) or 'none'}")
+    return matrix
+
+
+def p2p_supported(matrix: Mapping[str, Mapping[str, str]]) -> tuple[Optional[bool], str]:
+    """(True when the driver reports every GPU pair OK, False when one is not, None with fewer than two GPUs; why)."""
+    if len(matrix) < 2:
+        return None, f"{len(matrix)} GPU in nvidia-smi topo -p2p r: no GPU pair"
+    refused = sorted(f"{a}->{b} {status}" for a, row in matrix.items() for b, status in row.items() if status != "OK")
+    if refused:
+        return False, "not OK: " + ", ".join(refused[:8]) + (f" and {len(refused) - 8} more" if len(refused) > 8 else "")
+    return True, "every pair OK"
 
 
 def pcie_only(matrix: Mapping[str, Mapping[str, str]]) -> tuple[Optional[bool], str]:
@@ -320,6 +365,8 @@ def _local_libc() -> Optional[str]:
 class GatheredFacts:
     gpu_topology: Optional[dict[str, dict[str, str]]] = None
     pcie_only: Optional[bool] = None
+    gpu_p2p_read: Optional[dict[str, dict[str, str]]] = None
+    p2p_supported: Optional[bool] = None
     nvidia_kernel_module: Optional[str] = None
     nvidia_module_version: Optional[str] = None
     nvidia_module_gcc: Optional[str] = None
@@ -383,6 +430,26 @@ def _topology(facts: GatheredFacts, run: Run, which: Which, nvidia_smi: str) -> 
     facts.pcie_only, why = pcie_only(facts.gpu_topology)
     if facts.pcie_only is None:
         facts.unknown(why, "pcie_only")
+
+
+def _p2p(facts: GatheredFacts, run: Run, which: Which, nvidia_smi: str) -> None:
+    binary = which(nvidia_smi)
+    if binary is None:
+        facts.unknown(f"{nvidia_smi} not found (is the NVIDIA driver installed?)", "gpu_p2p_read", "p2p_supported")
+        return
+    out, why = _command(run, [binary, "topo", "-p2p", "r"])
+    if out is None:
+        facts.unknown(why, "gpu_p2p_read", "p2p_supported")
+        return
+    try:
+        facts.gpu_p2p_read = parse_p2p(out)
+    except HostFactsParseError as exc:
+        facts.unknown(f"cannot read {binary} topo -p2p r: {exc}", "gpu_p2p_read", "p2p_supported")
+        return
+    supported, why = p2p_supported(facts.gpu_p2p_read)
+    facts.p2p_supported = supported
+    if supported is None:
+        facts.unknown(why, "p2p_supported")
 
 
 def _kernel_module(facts: GatheredFacts, read: Read) -> None:
@@ -499,6 +566,7 @@ def gather(
     """Every fact in FACTS, each null with its reason in facts_unknown when it cannot be read."""
     facts = GatheredFacts()
     _topology(facts, run, which, nvidia_smi)
+    _p2p(facts, run, which, nvidia_smi)
     _kernel_module(facts, read)
     _iommu(facts, read, listdir)
     _acs(facts, run, which, lspci)
@@ -526,7 +594,7 @@ def check_facts(data: Mapping[str, Any]) -> list[str]:
         value = data.get(key)
         if value is not None and not (isinstance(value, str) and DOTTED_RE.match(value)):
             problems.append(f"{key} must be a dotted version such as '13.0' or null, found {value!r}")
-    for key in ("pcie_only", "acs_redirect"):
+    for key in ("pcie_only", "p2p_supported", "acs_redirect"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             problems.append(f"{key} must be true, false or null, found {data[key]!r}")
     module = data.get("nvidia_kernel_module")
@@ -538,9 +606,10 @@ def check_facts(data: Mapping[str, Any]) -> list[str]:
     groups = data.get("iommu_groups")
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 0):
         problems.append(f"iommu_groups must be a count (an integer >= 0) or null, found {groups!r}")
-    topology = data.get("gpu_topology")
-    if topology is not None and not (isinstance(topology, dict) and all(_str_map(row, str) for row in topology.values())):
-        problems.append(f"gpu_topology must map each GPU to {{other GPU: link}} or be null, found {topology!r}")
+    for key, what in (("gpu_topology", "link"), ("gpu_p2p_read", "status")):
+        matrix = data.get(key)
+        if matrix is not None and not (isinstance(matrix, dict) and all(_str_map(row, str) for row in matrix.values())):
+            problems.append(f"{key} must map each GPU to {{other GPU: {what}}} or be null, found {matrix!r}")
     for key, of in (("iommu_cmdline", str), ("iommu_group_types", int), ("facts_unknown", str)):
         if data.get(key) is not None and not _str_map(data[key], of):
             problems.append(f"{key} must be a mapping of names to {'counts' if of is int else 'text'} or null, found {data[key]!r}")

@@ -87,6 +87,7 @@ MODEL_FACTS = (
 )
 HOST_FACTS = (
     "pcie_only",
+    "p2p_supported",
     "driver_version",
     "nvidia_kernel_module",
     "deep_gemm_importable",
@@ -508,6 +509,7 @@ class HostFacts:
     source: str
     gpus: list[dict[str, Any]]
     pcie_only: Optional[bool] = None
+    p2p_supported: Optional[bool] = None  # the driver reports every GPU pair's peer-to-peer reads OK
     nvidia_kernel_module: Optional[str] = None
     deep_gemm_importable: Optional[bool] = None
     iommu_mode: Optional[str] = None  # off / passthrough / translated
@@ -570,6 +572,7 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         source,
         gpus,
         pcie_only=data.get("pcie_only"),
+        p2p_supported=data.get("p2p_supported"),
         nvidia_kernel_module=data.get("nvidia_kernel_module"),
         deep_gemm_importable=data.get("deep_gemm_importable"),
         iommu_mode=data.get("iommu_mode"),
