@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -214,11 +215,10 @@ def test_the_gate_is_never_read_from_the_plan_cache(tmp_path) -> None:
         plan(cache=tmp_path / "plans", catalogue=CATALOGUE, model_dirs=dirs)
 
 
-def test_the_module_reads_config_files_given_for_a_model_the_host_does_not_hold(tmp_path) -> None:
-    """library/sglang_launch_plan.py through real Ansible: model_files stand in for the directories (the lab's way)."""
-    from test_modules import run_module
-
-    files = {path: {f.name: f.read_text() for f in sorted(Path(directory).iterdir())} for path, directory in MODEL_DIRS.items()}
+def module_args(config_dirs: dict[str, str], **overrides: Any) -> dict[str, Any]:
+    """The module sglang_launch_plan's arguments for the eagle3 profile on real 0.5.9 and the 8-GPU host's
+    facts, each model path of ``config_dirs`` given as its config files (model_files)."""
+    files = {path: {f.name: f.read_text() for f in sorted(Path(directory).iterdir())} for path, directory in config_dirs.items()}
     args = dict(
         sglang=str(WHEEL_059),
         profiles=PROFILES,
@@ -231,6 +231,14 @@ def test_the_module_reads_config_files_given_for_a_model_the_host_does_not_hold(
         model_files=files,
         host_facts=str(HOST_8X),
     )
+    return {**args, **overrides}
+
+
+def test_the_module_reads_config_files_given_for_a_model_the_host_does_not_hold(tmp_path) -> None:
+    """library/sglang_launch_plan.py through real Ansible: model_files stand in for the directories (the lab's way)."""
+    from test_modules import run_module
+
+    args = module_args(MODEL_DIRS)
     result = run_module("sglang_launch_plan", args)
     assert not result.get("failed"), result.get("msg")
     gate = result["plan"]["start_gate"]

@@ -125,26 +125,13 @@ def test_the_error_names_flag_path_user_and_the_inventory_variable(base: Path) -
 def test_the_launch_plan_module_refuses_a_model_the_unit_cannot_see_before_anything_is_built(tmp_path) -> None:
     """library/sglang_launch_plan.py through real Ansible: a target directory read on the host under /tmp
     (PrivateTmp=yes hides it from the unit) fails the plan naming it; the draft given as config files is not judged."""
-    from test_launch_plan import CATALOGUE, HOST_8X, MANIFEST, MODEL_DIRS, PROFILES, STACK, WHEEL_059
+    from test_launch_plan import MODEL_DIRS, STACK, module_args
     from test_modules import run_module
 
     target = tmp_path / "Kimi-K2.5-NVFP4"
     shutil.copytree(MODEL_DIRS[STACK["stack_model_path"]], target)
     draft = STACK["stack_draft_model_path"]
-    files = {draft: {f.name: f.read_text() for f in sorted(Path(MODEL_DIRS[draft]).iterdir())}}
-    args = dict(
-        sglang=str(WHEEL_059),
-        profiles=PROFILES,
-        profile="eagle3",
-        host="127.0.0.1",
-        port=30000,
-        manifest=MANIFEST,
-        model_class="KimiK25ForConditionalGeneration",
-        start_failures=CATALOGUE,
-        extra_flags={"model-path": str(target)},
-        model_files=files,
-        host_facts=str(HOST_8X),
-    )
+    args = module_args({draft: MODEL_DIRS[draft]}, extra_flags={"model-path": str(target)})
     assert not run_module("sglang_launch_plan", args).get("failed")  # no service_user: nothing judged
     refused = run_module("sglang_launch_plan", {**args, "service_user": "sglang"})
     assert refused.get("failed"), refused

@@ -120,10 +120,19 @@ def parse_topology(text: str) -> dict[str, dict[str, str]]:
                 f"row {cells[0]}: expected {len(columns)} links (X, PIX, PXB, PHB, NODE, SYS or NV#) under {' '.join(columns)},"
                 f" found {line.strip()!r}"
             )
-        row = dict(zip(columns, links))
-        if row.get(cells[0]) != "X":
-            raise HostFactsParseError(f"row {cells[0]}: expected X in its own column, found {row.get(cells[0])!r}")
-        matrix[cells[0]] = {gpu: link for gpu, link in row.items() if gpu != cells[0]}
+        _add_row(matrix, columns, cells[0], links)
+    return _complete(matrix, columns)
+
+
+def _add_row(matrix: dict[str, dict[str, str]], columns: Sequence[str], gpu: str, values: Sequence[str]) -> None:
+    """One GPU's row of an nvidia-smi GPU x GPU matrix, its own X on the diagonal left out."""
+    row = dict(zip(columns, values))
+    if row.get(gpu) != "X":
+        raise HostFactsParseError(f"row {gpu}: expected X in its own column, found {row.get(gpu)!r}")
+    matrix[gpu] = {other: value for other, value in row.items() if other != gpu}
+
+
+def _complete(matrix: dict[str, dict[str, str]], columns: Sequence[str]) -> dict[str, dict[str, str]]:
     if sorted(matrix) != sorted(columns):
         raise HostFactsParseError(f"expected a row for each of {', '.join(columns)}, found rows {', '.join(matrix) or 'none'}")
     return matrix
@@ -148,13 +157,8 @@ def parse_p2p(text: str) -> dict[str, dict[str, str]]:
             raise HostFactsParseError(
                 f"expected a row GPU<n> with {len(columns)} of {', '.join(P2P_STATUSES)} under {' '.join(columns)}, found {line.strip()!r}"
             )
-        row = dict(zip(columns, statuses))
-        if row.get(cells[0]) != "X":
-            raise HostFactsParseError(f"row {cells[0]}: expected X in its own column, found {row.get(cells[0])!r}")
-        matrix[cells[0]] = {gpu: status for gpu, status in row.items() if gpu != cells[0]}
-    if sorted(matrix) != sorted(columns):
-        raise HostFactsParseError(f"expected a row for each of {', '.join(columns)}, found rows {', '.join(matrix) or 'none'}")
-    return matrix
+        _add_row(matrix, columns, cells[0], statuses)
+    return _complete(matrix, columns)
 
 
 def p2p_supported(matrix: Mapping[str, Mapping[str, str]]) -> tuple[Optional[bool], str]:
@@ -413,43 +417,36 @@ def _read(read: Read, path: str) -> tuple[Optional[str], str]:
         return None, f"cannot read {path}: {exc.strerror or exc}"
 
 
-def _topology(facts: GatheredFacts, run: Run, which: Which, nvidia_smi: str) -> None:
+def _gpu_matrix(
+    facts: GatheredFacts,
+    run: Run,
+    which: Which,
+    nvidia_smi: str,
+    args: Sequence[str],
+    parse: Callable[[str], dict[str, dict[str, str]]],
+    judge: Callable[[Mapping[str, Mapping[str, str]]], tuple[Optional[bool], str]],
+    names: tuple[str, str],
+) -> None:
+    """One nvidia-smi GPU x GPU matrix (``nvidia-smi <args>``) into the fact names[0] and its verdict
+    into names[1]; each null with the reason when it cannot be read or decided."""
     binary = which(nvidia_smi)
     if binary is None:
-        facts.unknown(f"{nvidia_smi} not found (is the NVIDIA driver installed?)", "gpu_topology", "pcie_only")
+        facts.unknown(f"{nvidia_smi} not found (is the NVIDIA driver installed?)", *names)
         return
-    out, why = _command(run, [binary, "topo", "-m"])
+    out, why = _command(run, [binary, *args])
     if out is None:
-        facts.unknown(why, "gpu_topology", "pcie_only")
+        facts.unknown(why, *names)
         return
     try:
-        facts.gpu_topology = parse_topology(out)
+        matrix = parse(out)
     except HostFactsParseError as exc:
-        facts.unknown(f"cannot read {binary} topo -m: {exc}", "gpu_topology", "pcie_only")
+        facts.unknown(f"cannot read {binary} {' '.join(args)}: {exc}", *names)
         return
-    facts.pcie_only, why = pcie_only(facts.gpu_topology)
-    if facts.pcie_only is None:
-        facts.unknown(why, "pcie_only")
-
-
-def _p2p(facts: GatheredFacts, run: Run, which: Which, nvidia_smi: str) -> None:
-    binary = which(nvidia_smi)
-    if binary is None:
-        facts.unknown(f"{nvidia_smi} not found (is the NVIDIA driver installed?)", "gpu_p2p_read", "p2p_supported")
-        return
-    out, why = _command(run, [binary, "topo", "-p2p", "r"])
-    if out is None:
-        facts.unknown(why, "gpu_p2p_read", "p2p_supported")
-        return
-    try:
-        facts.gpu_p2p_read = parse_p2p(out)
-    except HostFactsParseError as exc:
-        facts.unknown(f"cannot read {binary} topo -p2p r: {exc}", "gpu_p2p_read", "p2p_supported")
-        return
-    supported, why = p2p_supported(facts.gpu_p2p_read)
-    facts.p2p_supported = supported
-    if supported is None:
-        facts.unknown(why, "p2p_supported")
+    verdict, why = judge(matrix)
+    setattr(facts, names[0], matrix)
+    setattr(facts, names[1], verdict)
+    if verdict is None:
+        facts.unknown(why, names[1])
 
 
 def _kernel_module(facts: GatheredFacts, read: Read) -> None:
@@ -565,8 +562,8 @@ def gather(
 ) -> GatheredFacts:
     """Every fact in FACTS, each null with its reason in facts_unknown when it cannot be read."""
     facts = GatheredFacts()
-    _topology(facts, run, which, nvidia_smi)
-    _p2p(facts, run, which, nvidia_smi)
+    _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-m"], parse_topology, pcie_only, ("gpu_topology", "pcie_only"))
+    _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-p2p", "r"], parse_p2p, p2p_supported, ("gpu_p2p_read", "p2p_supported"))
     _kernel_module(facts, read)
     _iommu(facts, read, listdir)
     _acs(facts, run, which, lspci)
