@@ -9,8 +9,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib/wheelhouse.sh"
-python=${PYTHON:-$root/.venv/bin/python}
-cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
 package=$("$python" "$root/scripts/stack_var.py" stack_router_package)
 version=$("$python" "$root/scripts/stack_var.py" stack_router_version)
 mapfile -t requirements < <("$python" "$root/scripts/stack_var.py" stack_router_requirements)

@@ -8,8 +8,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib/wheelhouse.sh"
-python=${PYTHON:-$root/.venv/bin/python}
-cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
 version=$("$python" "$root/scripts/stack_var.py" stack_cuda_version)
 mapfile -t specs < <("$python" "$root/scripts/stack_var.py" stack_cuda_wheel_specs)
 wheelhouse="$cache/wheelhouse/cuda-toolkit-$version"

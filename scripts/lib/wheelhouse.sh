@@ -1,4 +1,9 @@
-# Sourced by scripts/wheelhouse.sh and scripts/router-wheels.sh.
+# Sourced by scripts/wheelhouse.sh and scripts/router-wheels.sh after they set root (the checkout):
+# sets python (the controller venv's, or $PYTHON) and cache ($SGLANG_TOOLKIT_CACHE, else .cache), and
+# defines fill_wheelhouse.
+python=${PYTHON:-$root/.venv/bin/python}
+cache=${SGLANG_TOOLKIT_CACHE:-$root/.cache}
+
 # fill_wheelhouse LABEL PYTHON DIR SPEC...: the wheels of SPEC... and their dependencies for Linux x86_64
 # hosts with Python 3.11 (the lab's Debian 12 and the controller venv), downloaded into DIR.partial and
 # renamed to DIR when complete; redone only when the specs differ from those DIR was filled with.
