@@ -64,7 +64,7 @@ def test_every_spelling_of_a_key_the_server_prints_is_redacted_on_stdout_and_std
         "sys.exit(3)\n"
     )
     proc = launch(tmp_path, code, keys_file(tmp_path))
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=90)
     assert proc.returncode == 3
     text = out + err
     assert KEY not in text and "adm'in" not in text and 'in\\"key' not in text
@@ -87,7 +87,7 @@ def test_the_server_is_its_child_signals_are_forwarded_and_its_last_words_kept(t
     first = proc.stdout.readline().split()
     assert first[0] == "ready" and int(first[1]) == proc.pid  # the launcher is the server's parent
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=30)
+    rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == -signal.SIGTERM  # a clean stop reads as one to systemd
     assert rest.strip() == f"stopping on {int(signal.SIGTERM)} <redacted>"
 
@@ -105,14 +105,14 @@ def test_a_server_that_kills_itself_when_asked_to_stop_still_stops_cleanly(tmp_p
     proc = launch(tmp_path, code, keys_file(tmp_path))
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=30)
+    rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == -signal.SIGTERM and rest == "Gracefully exiting...\n"
 
 
 def test_a_server_killed_by_a_signal_fails_the_unit_with_128_plus_the_signal(tmp_path: Path) -> None:
     code = "import os, signal; print('dying'); os.kill(os.getpid(), signal.SIGKILL)"
     proc = launch(tmp_path, code, keys_file(tmp_path))
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 128 + signal.SIGKILL and out == "dying\n"
 
 
@@ -130,7 +130,7 @@ def test_without_a_key_the_launcher_becomes_the_server(tmp_path: Path) -> None:
     empty = tmp_path / "api-keys.yaml"
     empty.write_text("# managed\n")
     proc = launch(tmp_path, "import os; print(os.getpid())", empty)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0 and int(out) == proc.pid  # exec: same process, nothing in between
 
 

@@ -136,9 +136,16 @@ def run(keys_file: str, command: Sequence[str]) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    # The copy ends when the server and everything it started have closed the pipe.
+    # The copy ends when the server and everything it started have closed the pipe. The copier is
+    # started with the forwarded signals blocked (a thread keeps the mask it starts with): the kernel
+    # may hand a process's signal to any thread that does not block it, and one taken by the copier
+    # would not wake the main thread from waitpid, so the server would never be told to stop.
     copier = threading.Thread(target=copy_redacted, args=(read_end, 1, secrets), daemon=True)
-    copier.start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        copier.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     try:
         _, status = os.waitpid(child, 0)
         code = exit_status(status)
