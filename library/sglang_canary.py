@@ -88,6 +88,15 @@ options:
     description: How many requests are sent at once after the streamed one.
     type: int
     default: 4
+  graph_batch_sizes:
+    description:
+      - Capture CUDA graphs for these batch sizes only (and the piecewise prefill graphs for 64 and 256 tokens,
+        on releases before 0.5.20), in the flags O(sglang_version)'s parser knows; the result's C(graphs) says
+        what was traded. Capture failures still show; one that only a larger batch size meets does not.
+      - Empty captures what the launch flags capture (SGLang's default list, up to C(--cuda-graph-max-bs)).
+    type: list
+    elements: int
+    default: []
   env_files:
     description:
       - The unit's EnvironmentFile= paths, read in order as systemd reads them (C(KEY=VALUE), quoted values,
@@ -280,6 +289,13 @@ argv:
   elements: str
   returned: check mode
   sample: [--model-path, /opt/sglang/canary/models/target, --tp-size, "8", --host, 127.0.0.1, --port, "30100", --mem-fraction-static, "0.1"]
+graphs:
+  description: Which CUDA graphs the canary captured (O(graph_batch_sizes)) and what that leaves unseen.
+  type: str
+  returned: always
+  sample: >-
+    CUDA graphs captured for batch sizes 1 4 only, piecewise prefill graphs for 64 and 256 tokens:
+    a capture failure shows, one that only a larger batch size meets does not
 url:
   description: The canary server's base URL.
   type: str
@@ -302,6 +318,7 @@ from ansible.module_utils.sglang_sm120.serve.canary import (
     read_api_keys,
     read_env_file,
     run_canary,
+    trim_cuda_graphs,
 )
 
 
@@ -322,6 +339,7 @@ def main() -> None:
             keys_file=dict(type="path", no_log=False),
             prompts=dict(type="list", elements="str", default=list(DEFAULT_PROMPTS)),
             concurrency=dict(type="int", default=4),
+            graph_batch_sizes=dict(type="list", elements="int", default=[]),
             env_files=dict(type="list", elements="str", default=[]),
             user=dict(type="str", default=""),
             policy=dict(type="str", default="auto", choices=list(POLICIES)),
@@ -353,17 +371,26 @@ def canary(module: AnsibleModule, p: dict) -> dict:
         gpus = query_gpu_memory() if p["gpu_query"] else None
         placement = place(p["policy"], gpus, canary_gpus(p["argv"], env), p["mem_fraction"], p["min_free_mib"])
     argv = canary_argv(p["argv"], p["target_model"], p["draft_model"], p["port"], placement.mem_fraction, p["kv_cache_dtype"])
+    argv, graphs = trim_cuda_graphs(argv, p["graph_batch_sizes"], p["sglang_version"])
     command = [p["python"], "-m", p["module"], *argv]
     ready = placement.mode == "beside" or (placement.mode == "switch-window" and p["gpus_freed"])
     if not ready:
         why = placement.reason if placement.mode == "off" else f"not run yet: {placement.reason}"
         return dict(
-            changed=False, ran=False, ok=None, phase="not run", message=why, placement=placement.to_dict(), command=command, argv=argv
+            changed=False,
+            ran=False,
+            ok=None,
+            phase="not run",
+            message=why,
+            placement=placement.to_dict(),
+            command=command,
+            argv=argv,
+            graphs=graphs,
         )
     if module.check_mode:
         return dict(
             changed=False, ran=False, ok=None, phase="check mode", message="check mode: nothing started", placement=placement.to_dict(),
-            command=command, argv=argv,
+            command=command, argv=argv, graphs=graphs,
         )  # fmt: skip
     # The canary blocks for minutes: a thread renews the deploy lock's heartbeat meanwhile.
     heartbeat = Heartbeat(**p["lock_renewal"]).start() if p["lock_renewal"] else None
@@ -383,7 +410,7 @@ def canary(module: AnsibleModule, p: dict) -> dict:
     ).to_dict()
     if heartbeat is not None:
         heartbeat.stop()  # fails if this run lost the lock meanwhile
-    result.update(ran=True, placement=placement.to_dict())
+    result.update(ran=True, placement=placement.to_dict(), graphs=graphs)
     if not result["ok"]:
         msg = result.pop("message")
         raise ToolkitError(msg, message=msg, changed=False, **result)

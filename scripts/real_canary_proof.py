@@ -44,6 +44,7 @@ from sglang_sm120.serve import (
 
 ROOT = Path(__file__).resolve().parent.parent
 QUANT_LINE = re.compile(r"(?i)marlin|moe.runner|fp4|modelopt|quantiz|cutlass|trtllm")
+QUANT_FLAGS = ("--quantization", "--speculative-draft-model-quantization")
 KEY = "proof-" + os.urandom(12).hex()
 HOLDER = """
 import sys, time, torch
@@ -77,10 +78,23 @@ def prepare(out: Path, work: Path) -> Path:
     return keys_file
 
 
-def tiny(work: Path, target: str, draft: str) -> dict[str, Any]:
-    """Tiny models of tests/data/models/<target> and <draft> for one GPU in work (tiny_models.ensure)."""
+def tiny(work: Path, target: str, draft: str, unquantized: bool = False) -> dict[str, Any]:
+    """Tiny models of tests/data/models/<target> and <draft> for one GPU in work (tiny_models.ensure).
+    unquantized: the target's config without its quantization (quantization_config and
+    hf_quant_config.json left out), so the tiny target is bf16 (the shape the canary had before NVFP4)."""
     models = ROOT / "tests/data/models"
-    return tiny_models.ensure(work, models / target, models / draft, ROOT / "files/tokenizer", tp_size=1)
+    source = models / target
+    if unquantized:
+        source = work.parent / f"{target}-unquantized"
+        source.mkdir(parents=True, exist_ok=True)
+        for f in (models / target).iterdir():
+            if f.is_file() and f.name != "hf_quant_config.json":
+                (source / f.name).write_bytes(f.read_bytes())
+        config = json.loads((source / "config.json").read_text())
+        config.pop("quantization_config", None)
+        config.get("text_config", {}).pop("quantization_config", None)
+        (source / "config.json").write_text(json.dumps(config, indent=1))
+    return tiny_models.ensure(work, source, models / draft, ROOT / "files/tokenizer", tp_size=1)
 
 
 def gpus() -> tuple[str, list[canary.GpuMemory]]:
@@ -88,15 +102,22 @@ def gpus() -> tuple[str, list[canary.GpuMemory]]:
     return text, canary.parse_gpu_memory(text)
 
 
+GRAPH_SIZES: list[int] = [1, 4]
+
+
 def run(name: str, out: Path, argv: list[str], env: dict[str, str], version: str, keys: dict[str, str], budget: float) -> dict[str, Any]:
+    """canary.run_canary on argv with the CUDA graphs trimmed as the module trims them (GRAPH_SIZES)."""
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
+    argv, graphs = canary.trim_cuda_graphs(argv, GRAPH_SIZES, version)
+    print(f"{name}: {graphs}")
     started = time.time()
     result = canary.run_canary(
         sys.executable, "sglang.launch_server", argv, env, str(folder / "canary.log"), budget, 120, keys=keys, sglang_version=version
     )
     data = result.to_dict()
     data["wall_started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    data["graphs"] = graphs
     (folder / "result.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"{name}: ok={result.ok} phase={result.phase} seconds={result.seconds} healthy_at={result.healthy_at}: {result.message[:300]}")
     return data
@@ -111,17 +132,26 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=540.0, help="seconds for everything: a retry that cannot fit is skipped")
     parser.add_argument("--skip-fails", action="store_true", help="leave out run 3 (fa3 without kernels)")
     parser.add_argument("--draft-mismatch", action="store_true", help="add a run whose draft was made for another target")
+    parser.add_argument("--unquantized", action="store_true", help="the Kimi-shaped target in bf16 (its quantization config left out)")
+    parser.add_argument("--graph-batch-sizes", default="1,4", help="the canary's trimmed CUDA-graph batch sizes ('' = as planned)")
+    parser.add_argument("--no-holder", action="store_true", help="no process standing in for the serving server")
+    parser.add_argument("--port", type=int, default=30100)
+    parser.add_argument("--work", default="/tmp/canary-proof")
     args = parser.parse_args()
+    GRAPH_SIZES[:] = [int(x) for x in args.graph_batch_sizes.split(",") if x.strip()]
     t0 = time.monotonic()
     out = Path(args.out)
-    work = Path("/tmp/canary-proof")
+    work = Path(args.work)
     keys_file = prepare(out, work)
     keys = {"api-key": KEY}
-    models = tiny(work / "models", "kimi-k2.5-nvfp4", "kimi-k2.5-eagle3")
+    models = tiny(work / "models", "kimi-k2.5-nvfp4", "kimi-k2.5-eagle3", unquantized=args.unquantized)
     hints = models["launch_hints"]
+    kv = hints.get("kv_cache_dtype")
     env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", **hints.get("env", {})}
     summary: dict[str, Any] = {
         "sglang_version": args.sglang_version,
+        "target": "Kimi-shaped, bf16 (quantization config left out)" if args.unquantized else "Kimi-shaped, as the checkpoint is quantized",
+        "graph_batch_sizes": GRAPH_SIZES,
         "models": {k: models[k] for k in ("key", "differences", "launch_hints")},
     }
     smi_idle, _ = gpus()
@@ -129,19 +159,22 @@ def main() -> int:
 
     # 3. a backend this release has no kernels for: accepted by SGLang, fails at start.
     plan = plan_argv(keys_file)
+    if args.unquantized:  # the bf16 target has no quantization for these flags to name
+        plan = [a for i, a in enumerate(plan) if not (a in QUANT_FLAGS or (i and plan[i - 1] in QUANT_FLAGS))]
     if not args.skip_fails:
         failing = canary.canary_argv(
-            [*plan[:5], "fa3", *plan[6:]], models["target"], models["draft"], 30100, 0.1, hints.get("kv_cache_dtype")
+            [*plan[:5], "fa3", *plan[6:]], models["target"], models["draft"], args.port, 0.1, hints.get("kv_cache_dtype")
         )
         summary["fails"] = run("fails", out, failing, env, args.sglang_version, keys, args.budget)
 
     # 2. a process standing in for the serving server holds the memory; the placement reads it.
     ready = work / "holder.ready"
     ready.unlink(missing_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(args.hold_free_gib), str(ready)])
+    code = "import time; time.sleep(3600)" if args.no_holder else HOLDER
+    holder = subprocess.Popen([sys.executable, "-c", code, str(args.hold_free_gib), str(ready)])
     try:
         for _ in range(240):
-            if ready.exists() or holder.poll() is not None:
+            if ready.exists() or holder.poll() is not None or args.no_holder:
                 break
             time.sleep(0.5)
         smi_held, held = gpus()
@@ -151,7 +184,7 @@ def main() -> int:
         summary["placement"] = placement.to_dict()
         print(f"placement: {placement.mode} ({placement.reason})")
         # 4. the plan as it is, beside the holder when the placement says so.
-        serving = canary.canary_argv(plan, models["target"], models["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
+        serving = canary.canary_argv(plan, models["target"], models["draft"], args.port, placement.mem_fraction, kv)
         summary["serves"] = run("serves", out, serving, env, args.sglang_version, keys, args.budget)
         # the quantized path as SGLang logged it (method, GEMM and MoE runners)
         log = (out / "serves" / "canary.log").read_text(errors="replace").splitlines()
@@ -159,14 +192,14 @@ def main() -> int:
         left = args.deadline - (time.monotonic() - t0)
         if args.draft_mismatch and left > 120:
             # 5. a draft made for another target (Llama-3.1-8B's EAGLE-3) with the Kimi-shaped target
-            other = tiny(work / "models-mismatch", "kimi-k2.5-nvfp4", "llama-3.1-8b-eagle3")
-            mismatch = canary.canary_argv(plan, other["target"], other["draft"], 30100, placement.mem_fraction, hints.get("kv_cache_dtype"))
+            other = tiny(work / "models-mismatch", "kimi-k2.5-nvfp4", "llama-3.1-8b-eagle3", unquantized=args.unquantized)
+            mismatch = canary.canary_argv(plan, other["target"], other["draft"], args.port, placement.mem_fraction, kv)
             summary["draft-mismatch"] = run("draft-mismatch", out, mismatch, env, args.sglang_version, keys, min(args.budget, left - 20))
         left = args.deadline - (time.monotonic() - t0)
         if not summary["serves"]["ok"] and left < args.budget:
             summary["serves-bf16kv"] = f"skipped: {left:.0f} s left of --deadline"
         elif not summary["serves"]["ok"]:
-            plain = canary.canary_argv(plan, models["target"], models["draft"], 30100, placement.mem_fraction)
+            plain = canary.canary_argv(plan, models["target"], models["draft"], args.port, placement.mem_fraction)
             summary["serves-bf16kv"] = run("serves-bf16kv", out, plain, env, args.sglang_version, keys, args.budget)
     finally:
         holder.kill()

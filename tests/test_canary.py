@@ -486,3 +486,86 @@ def test_a_failed_canary_message_carries_the_cause_and_fix() -> None:
     assert text.startswith("canary failed in phase exited: the server exited with status -9")
     assert "; known cause [draft-does-not-fit-target]: " in text and "fix: point --speculative-draft-model-path" in text
     assert canary.known_cause(["[t] The server is fired up and ready to roll!"], "exited") is None
+
+
+# ------------------------------------------------------------------ CUDA graphs, trimmed
+
+KIMI_PLAN = ["--model-path", "/m", "--tp-size", "8", "--cuda-graph-max-bs", "64", "--speculative-algorithm", "EAGLE3"]
+KIMI_PLAN += ["--config", "/k.yaml"]
+
+
+def test_trimmed_graphs_before_0_5_20_use_the_legacy_flags_and_trim_the_piecewise_prefill() -> None:
+    argv, note = canary.trim_cuda_graphs(KIMI_PLAN, [4, 1], "0.5.13")
+    assert argv[argv.index("--cuda-graph-bs") + 1 : argv.index("--cuda-graph-bs") + 3] == ["1", "4"]
+    assert argv[argv.index("--cuda-graph-max-bs") + 1] == "4"
+    tokens = argv.index("--piecewise-cuda-graph-tokens")
+    assert argv[tokens + 1 : tokens + 3] == ["64", "256"]
+    assert argv[argv.index("--piecewise-cuda-graph-max-tokens") + 1] == "256"
+    assert argv[argv.index("--config") + 1] == "/k.yaml" and argv[argv.index("--tp-size") + 1] == "8"
+    assert "batch sizes 1 4 only" in note and "larger batch size" in note
+
+
+def test_trimmed_graphs_replace_a_list_the_plan_already_has() -> None:
+    plan = ["--model-path", "/m", "--cuda-graph-bs", "1", "2", "8", "16", "--tp-size", "8", "--piecewise-cuda-graph-tokens=512"]
+    argv, _ = canary.trim_cuda_graphs(plan, [1, 4], "0.5.15.post1")
+    assert argv.count("--cuda-graph-bs") == 1 and "16" not in argv and "512" not in " ".join(argv)
+    assert argv[argv.index("--tp-size") + 1] == "8" and argv[:2] == ["--model-path", "/m"]
+
+
+def test_trimmed_graphs_from_0_5_20_use_the_decode_phase_flags() -> None:
+    argv, note = canary.trim_cuda_graphs([*KIMI_PLAN[:4], "--cuda-graph-max-bs-decode", "128"], [1, 4], "0.5.23")
+    assert argv[argv.index("--cuda-graph-bs-decode") + 1 :][:2] == ["1", "4"]
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "4"
+    assert "--cuda-graph-bs" not in argv and "--piecewise-cuda-graph-tokens" not in argv
+    assert "prefill graphs as planned" in note
+
+
+@pytest.mark.parametrize(
+    ("plan", "sizes", "version", "said"),
+    [
+        (KIMI_PLAN, [], "0.5.13", "as the launch plan captures them"),
+        ([*KIMI_PLAN, "--disable-cuda-graph"], [1, 4], "0.5.13", "--disable-cuda-graph"),
+        (KIMI_PLAN, [1, 4], "", "version (unknown)"),
+    ],
+)
+def test_graphs_are_left_as_planned_and_said_why(plan: list[str], sizes: list[int], version: str, said: str) -> None:
+    argv, note = canary.trim_cuda_graphs(plan, sizes, version)
+    assert argv == plan and said in note
+
+
+def test_graph_batch_sizes_must_be_positive() -> None:
+    with pytest.raises(canary.CanaryArgvError, match="sglang_canary_graph_batch_sizes must be positive"):
+        canary.trim_cuda_graphs(KIMI_PLAN, [0, 4], "0.5.13")
+
+
+def _parser_flags(version: str) -> set[str]:
+    """The flags SGLang `version`'s own parser defines, read from its source: the literal "--..." names of
+    server_args.py, and from 0.5.20 the dataclass fields that arg_utils turns into flags."""
+    from conftest import CACHE
+
+    root = CACHE / "sglang" / version / "sglang" / "srt"
+    if not root.is_dir():
+        pytest.fail(f"no unpacked SGLang {version} under {CACHE / 'sglang'}: run `make sglang-wheels` first")
+    flags = set(re.findall(r'"(--[a-z0-9-]+)"', (root / "server_args.py").read_text()))
+    fields = root / "arg_groups" / "fields"
+    if fields.is_dir():
+        assert "_field_to_cli_name" in (root / "arg_groups" / "arg_utils.py").read_text()
+        for f in fields.glob("*.py"):
+            flags |= {"--" + name.replace("_", "-") for name in re.findall(r"^    ([a-z0-9_]+): A\[", f.read_text(), re.M)}
+    return flags
+
+
+RELEASES = [
+    line.split()[0]
+    for line in (ROOT / "tests/data/sglang-wheels.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_trimmed_graph_flags_are_flags_of_that_release(version: str) -> None:
+    """Every flag the canary adds is one the release's parser knows (an unknown one fails the start)."""
+    argv, _ = canary.trim_cuda_graphs(["--model-path", "/m"], [1, 4], version)
+    added = {a for a in argv if a.startswith("--")} - {"--model-path"}
+    known = _parser_flags(version)
+    assert added and added <= known, f"SGLang {version} does not know {sorted(added - known)}"

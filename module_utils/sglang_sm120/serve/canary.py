@@ -271,6 +271,84 @@ def canary_argv(
     return argv
 
 
+# ------------------------------------------------------------------ CUDA graphs, trimmed
+
+# Most of a canary's start is CUDA-graph capture for batch sizes it never sends (SGLang 0.5.13 with
+# EAGLE-3 captures bs 1-8 for the target and again for the draft, and piecewise prefill graphs for 42
+# token counts). The canary keeps capturing (capture failures are start failures) but only the sizes
+# its requests use. The flags, read from each release's own argument parser:
+#   0.5.9-0.5.19   --cuda-graph-bs (decode, target and draft) and --piecewise-cuda-graph-tokens /
+#                  --piecewise-cuda-graph-max-tokens (prefill; off by default before 0.5.11, on after)
+#   0.5.20-        --cuda-graph-bs-decode (the per-phase settings; prefill graphs are left as planned)
+GRAPH_LEGACY_UNTIL = (0, 5, 20)
+GRAPH_BS_FLAGS = ("--cuda-graph-bs",)
+GRAPH_MAX_BS_FLAGS = ("--cuda-graph-max-bs",)
+GRAPH_BS_DECODE_FLAGS = ("--cuda-graph-bs-decode",)
+GRAPH_MAX_BS_DECODE_FLAGS = ("--cuda-graph-max-bs-decode",)
+PIECEWISE_TOKEN_FLAGS = ("--piecewise-cuda-graph-tokens",)
+PIECEWISE_MAX_FLAGS = ("--piecewise-cuda-graph-max-tokens",)
+CANARY_PIECEWISE_TOKENS = (64, 256)  # the canary's prompts are a few tokens each, four at a time at most
+NO_GRAPH_FLAGS = ("--disable-cuda-graph",)
+
+
+def _version_tuple(version: Optional[str]) -> Optional[tuple[int, ...]]:
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", str(version or "").strip())
+    return tuple(int(x) for x in match.groups()) if match else None
+
+
+def _drop_list_flag(argv: list[str], names: Sequence[str]) -> list[str]:
+    """argv without the flag and the values that follow it (a list flag: ``--f 1 2 4`` or ``--f=1``)."""
+    out: list[str] = []
+    skipping = False
+    for arg in argv:
+        if _flag_of(arg, names) is not None:
+            skipping = "=" not in arg
+            continue
+        if skipping and not arg.startswith("-"):
+            continue
+        skipping = False
+        out.append(arg)
+    return out
+
+
+def _set_list_flag(argv: list[str], names: Sequence[str], values: Sequence[int]) -> list[str]:
+    return [*_drop_list_flag(argv, names), names[0], *[str(v) for v in values]]
+
+
+def trim_cuda_graphs(argv: Sequence[str], batch_sizes: Sequence[int], sglang_version: Optional[str]) -> tuple[list[str], str]:
+    """The canary's flags with CUDA graphs captured only for batch_sizes (and the piecewise prefill
+    graphs for CANARY_PIECEWISE_TOKENS where the release has them), in the flags that release's parser
+    knows; and what was traded, in words. Unchanged (and said why) when batch_sizes is empty, the plan
+    turns CUDA graphs off, or the version is unknown."""
+    out = [str(a) for a in argv]
+    sizes = sorted({int(b) for b in batch_sizes})
+    if not sizes:
+        return out, "CUDA graphs as the launch plan captures them (sglang_canary_graph_batch_sizes is empty)"
+    if any(b < 1 for b in sizes):
+        raise CanaryArgvError(f"sglang_canary_graph_batch_sizes must be positive batch sizes, found {list(batch_sizes)}")
+    if any(_flag_of(a, NO_GRAPH_FLAGS) for a in out):
+        return out, "no CUDA graphs to trim: the launch plan has --disable-cuda-graph"
+    version = _version_tuple(sglang_version)
+    if version is None:
+        return out, f"CUDA graphs as planned: the SGLang version ({sglang_version or 'unknown'}) does not say which flags trim them"
+    shown = " ".join(str(b) for b in sizes)
+    if version < GRAPH_LEGACY_UNTIL:
+        out = _set_list_flag(out, GRAPH_BS_FLAGS, sizes)
+        _replace(out, GRAPH_MAX_BS_FLAGS, str(sizes[-1]))
+        out = _set_list_flag(out, PIECEWISE_TOKEN_FLAGS, CANARY_PIECEWISE_TOKENS)
+        if not _replace(out, PIECEWISE_MAX_FLAGS, str(max(CANARY_PIECEWISE_TOKENS))):
+            out += [PIECEWISE_MAX_FLAGS[0], str(max(CANARY_PIECEWISE_TOKENS))]
+        prefill = f"piecewise prefill graphs for {' and '.join(str(t) for t in CANARY_PIECEWISE_TOKENS)} tokens"
+    else:
+        out = _set_list_flag(out, GRAPH_BS_DECODE_FLAGS, sizes)
+        _replace(out, GRAPH_MAX_BS_DECODE_FLAGS, str(sizes[-1]))
+        prefill = "prefill graphs as planned"
+    return out, (
+        f"CUDA graphs captured for batch sizes {shown} only, {prefill}: a capture failure shows, "
+        "one that only a larger batch size meets does not"
+    )
+
+
 # ------------------------------------------------------------------ redaction
 
 
