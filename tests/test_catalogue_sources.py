@@ -12,6 +12,7 @@ NOT_FROM_SOURCE with the reason; every ranged entry is in one of the two (test_e
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -300,6 +301,43 @@ def modelopt_read_as_fp8(version: str) -> bool:
     return '== "modelopt"' not in parse
 
 
+def fp4_gemm_env_picks_trtllm(version: str) -> bool:
+    """Affected: the release still reads SGLANG_FLASHINFER_FP4_GEMM_BACKEND, in fp4_utils'
+    initialize_fp4_gemm_config, taking its value (trtllm made flashinfer_trtllm) when the FP4 GEMM
+    backend is auto; ServerArgs' own default must be flashinfer_cutlass (the entry's `default`)."""
+    srt = CACHE / "sglang" / version / "sglang" / "srt"
+    readers = [p for p in srt.rglob("*.py") if "SGLANG_FLASHINFER_FP4_GEMM_BACKEND" in p.read_text(encoding="utf-8", errors="replace")]
+    if not readers:
+        return False
+    where = f"SGLang {version} srt/layers/quantization/fp4_utils.py"
+    init = ast.unparse(function(source(version, "srt/layers/quantization/fp4_utils.py"), "initialize_fp4_gemm_config", where))
+    if not ("SGLANG_FLASHINFER_FP4_GEMM_BACKEND" in init and "backend == 'auto'" in init and "backend = env_backend" in init):
+        raise ProbeError(f"{where}: initialize_fp4_gemm_config no longer maps the variable as the entry says")
+    if "fp4_gemm_runner_backend: str = \"flashinfer_cutlass\"" not in source(version, "srt/server_args.py"):
+        raise ProbeError(f"SGLang {version} srt/server_args.py: the FP4 GEMM backend's default is no longer flashinfer_cutlass")
+    return True
+
+
+AUTOTUNE_CORRUPTING_FLASHINFER = ("0.6.17", "0.6.18")  # flashinfer #4841 and sglang #34629 (RTX PRO 6000)
+
+
+def flashinfer_autotune_corrupts(version: str) -> bool:
+    """Affected: the release's wheel pins flashinfer_python at a version whose autotuned CUTLASS fused-MoE
+    tactics corrupt NVFP4 output on SM120 (read from its METADATA, as the lookup sglang_release_stack reads
+    it); the fix's flag must exist in that release (ServerArgs field disable_flashinfer_autotune)."""
+    metadata = next((CACHE / "sglang" / version).glob("sglang-*.dist-info/METADATA"), None)
+    if metadata is None:
+        raise ProbeError(f"SGLang {version}: no unpacked wheel METADATA")
+    pins = re.findall(r"^Requires-Dist: flashinfer[_-]python(?:\[[^\]]*\])?==([^\s;]+)", metadata.read_text(), re.M)
+    if len(pins) != 1:
+        raise ProbeError(f"SGLang {version}: METADATA pins flashinfer_python {len(pins)} times: {pins}")
+    srt = CACHE / "sglang" / version / "sglang" / "srt"
+    fields = [srt / "server_args.py", *sorted((srt / "arg_groups" / "fields").glob("*.py"))]
+    if not any("disable_flashinfer_autotune:" in f.read_text() for f in fields if f.is_file()):
+        raise ProbeError(f"SGLang {version}: no disable_flashinfer_autotune field: the entry's fix does not exist there")
+    return pins[0] in AUTOTUNE_CORRUPTING_FLASHINFER
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
@@ -314,6 +352,8 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "torch-symm-mem-inactive-on-pcie": torch_symm_mem_inactive,
     "jit-all-reduce-on-pcie": custom_all_reduce_v2_crashes_on_pcie,
     "pcie-ipc-allreduce-kernels": pcie_ipc_allreduce_read,
+    "fp4-gemm-env-trtllm-on-sm120": fp4_gemm_env_picks_trtllm,
+    "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
 }
 
 # entry id -> why its range is not read from SGLang's source

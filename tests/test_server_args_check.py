@@ -59,6 +59,7 @@ def eagle3_recipe(model: Path, draft: Path, tree: Path = TREE) -> list[str]:
     eagle3 = service["sglang_profiles"]["eagle3"]
     assert eagle3.pop("kv-cache-dtype") == "bfloat16"
     assert eagle3.pop("moe-runner-backend") == "{{ stack_moe_runner_backend }}"
+    assert eagle3.pop("disable-flashinfer-autotune") == "{{ stack_disable_flashinfer_autotune }}"
     assert eagle3.pop("quantization") == "{{ stack_quantization }}"
     assert eagle3.pop("speculative-draft-model-quantization") == "unquant"
     stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())

@@ -38,6 +38,7 @@ from sglang_sm120.launch.start_failures import (
     version_tuple,
 )
 from sglang_sm120_controller.compat import render_profile
+from sglang_sm120_controller.pinned_stack import stack_from_metadata
 
 MODELS = DATA / "models"
 SF = DATA / "start-failures"
@@ -148,6 +149,20 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "hit": (dict(argv=["--moe-runner-backend", "flashinfer_trtllm"]), "refused"),
             "miss": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"]), "ok"),
             "outside": dict(argv=["--moe-runner-backend", "flashinfer_trtllm"], version="0.5.8"),
+        },
+        "fp4-gemm-env-trtllm-on-sm120": {
+            "hit": (dict(argv=["--fp4-gemm-backend", "auto"], env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model), "refused"),
+            # not given: 0.5.9's default is flashinfer_cutlass, and the variable is only warned about
+            "miss": (dict(env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model), "ok"),
+            "outside": dict(argv=["--fp4-gemm-backend", "auto"], env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model, version="0.5.10"),
+        },
+        "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": {
+            "hit": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.19"), "refused"),
+            "miss": (
+                dict(argv=["--moe-runner-backend", "flashinfer_cutlass", "--disable-flashinfer-autotune"], model=model, version="0.5.19"),
+                "ok",
+            ),
+            "outside": dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.22"),
         },
         # the resolved value where SGLang's ServerArgs ran: --quantization modelopt_fp4 makes it flashinfer_cutlass on SM120
         "nvfp4-moe-runner-auto-is-trtllm-on-sm120": {
@@ -381,7 +396,21 @@ def test_memory_arithmetic_names_every_number(aliases: dict[str, str], kimi: Pat
 
 
 # What the toolkit's eagle3 profile adds to upstream's recipe (#19689).
-TOOLKIT_ADDITIONS = ("kv-cache-dtype", "moe-runner-backend", "quantization", "speculative-draft-model-quantization")
+TOOLKIT_ADDITIONS = (
+    "kv-cache-dtype",
+    "moe-runner-backend",
+    "disable-flashinfer-autotune",
+    "quantization",
+    "speculative-draft-model-quantization",
+)
+
+
+def stack_variables(version: str) -> dict[str, Any]:
+    """stack.yml's variables for `version` as Ansible has them: the FlashInfer pin read from that
+    release's wheel METADATA by the code of the lookup sglang_release_stack (stack_release)."""
+    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    metadata = next((CACHE / "sglang" / version).glob("sglang-*.dist-info/METADATA")).read_text()
+    return {**stack, "stack_sglang_version": version, "stack_flashinfer_version": stack_from_metadata(metadata)["flashinfer"]}
 
 
 def recipe_argv(version: str) -> list[str]:
@@ -390,8 +419,7 @@ def recipe_argv(version: str) -> list[str]:
     (TOOLKIT_ADDITIONS: --kv-cache-dtype bfloat16, --quantization modelopt_fp4 with the draft unquantized,
     and --moe-runner-backend where stack.yml sets it), which test_upstream_recipe_with_kimi_fixtures puts back."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
-    variables = {**stack, "stack_sglang_version": version, "stack_model_path": "/data/kimi", "stack_draft_model_path": "/data/eagle3"}
+    variables = {**stack_variables(version), "stack_model_path": "/data/kimi", "stack_draft_model_path": "/data/eagle3"}
     profile = render_profile(service["sglang_profiles"]["eagle3"], variables)
     for name in TOOLKIT_ADDITIONS:
         profile.pop(name)
@@ -404,12 +432,16 @@ def recipe_argv(version: str) -> list[str]:
 def toolkit_additions(version: str) -> list[str]:
     """What the toolkit's profile adds to upstream's recipe on `version`, rendered as Ansible does."""
     service = yaml.safe_load((ROOT / "inventory/production/group_vars/all/service.yml").read_text())
-    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
-    profile = render_profile(service["sglang_profiles"]["eagle3"], {**stack, "stack_sglang_version": version})
-    return [item for name in TOOLKIT_ADDITIONS if profile[name] is not None for item in (f"--{name}", str(profile[name]))]
+    profile = render_profile(service["sglang_profiles"]["eagle3"], stack_variables(version))
+    return [
+        item
+        for name in TOOLKIT_ADDITIONS
+        if profile[name] not in (None, False)
+        for item in ((f"--{name}",) if profile[name] is True else (f"--{name}", str(profile[name])))
+    ]
 
 
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.15.post1", "0.5.16", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15.post1", "0.5.16", "0.5.18", "0.5.21", "0.5.22", "0.5.23"])
 def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: HostFacts) -> None:
     """Upstream's recipe on the Kimi-shaped model, draft and host: refused on 0.5.9 for the checkpoint's
     FP8 KV hint (domain notes row 6: --kv-cache-dtype auto takes FP8 from the checkpoint) and for its
@@ -443,6 +475,13 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     assert verdicts["topk-tree-flashinfer-mla"].verdict == "ok"
     additions = toolkit_additions(version)
     assert ("--moe-runner-backend" in additions) == late and "--quantization" in additions, additions
+    # FlashInfer 0.6.17 / 0.6.18 (SGLang 0.5.18-0.5.21): autotune off, else its MoE tactics corrupt output on SM120
+    autotune_off = version in ("0.5.18", "0.5.21")
+    assert ("--disable-flashinfer-autotune" in additions) == autotune_off, additions
+    if autotune_off:
+        without = [a for a in additions if a != "--disable-flashinfer-autotune"]
+        bad = evaluate_entry(ENTRIES["flashinfer-cutlass-moe-autotune-corrupts-on-sm120"], context(aliases, [*argv, *without], **kw))
+        assert bad.verdict == "refused" and "--disable-flashinfer-autotune not given" in bad.text(), bad.text()
     explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
     assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == []
 

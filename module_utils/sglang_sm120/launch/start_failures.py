@@ -98,7 +98,7 @@ HOST_FACTS = (
 )
 CONDITIONS = {
     "flags": ("in", "gt", "given", "default"),
-    "env": ("truthy", "default"),
+    "env": ("truthy", "in", "default"),
     "capability_major": (),
     "model": ("is", "in"),
     "draft": ("is", "in"),
@@ -192,7 +192,7 @@ def _check_condition(where: str, index: int, cond: Any) -> None:
             raise CatalogueError(f"{at}: {kind} must be a list of names without '--', found {value!r}")
         ops = [op for op in CONDITIONS[kind] if op in cond and op != "default"]
         if len(ops) != 1:
-            want = "in, gt or given" if kind == "flags" else "truthy"
+            want = "in, gt or given" if kind == "flags" else "truthy or in"
             raise CatalogueError(f"{at}: {kind} needs exactly one of {want}, found {ops or 'none'}")
         if "in" in cond and not (isinstance(cond["in"], list) and cond["in"]):
             raise CatalogueError(f"{at}: in must be a non-empty list, found {cond['in']!r}")
@@ -802,6 +802,14 @@ def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
 def _env_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
     names = cond["env"]
     set_ = {n: ctx.env[n] for n in names if n in ctx.env}
+    if "in" in cond:  # a value SGLang reads as a choice, compared as written
+        wanted = {str(v) for v in cond["in"]}
+        hits = {n: v for n, v in set_.items() if str(v) in wanted}
+        if hits:
+            return True, ", ".join(f"{n}={v}" for n, v in hits.items())
+        if set_:
+            return False, ", ".join(f"{n}={v}" for n, v in set_.items()) + f" (not {'/'.join(sorted(wanted))})"
+        return False, f"{' / '.join(names)} not set"
     if set_:
         on = {n: v for n, v in set_.items() if truthy(v)}
         text = ", ".join(f"{n}={v}" for n, v in (on or set_).items())
