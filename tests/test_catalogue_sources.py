@@ -313,7 +313,7 @@ def fp4_gemm_env_picks_trtllm(version: str) -> bool:
     init = ast.unparse(function(source(version, "srt/layers/quantization/fp4_utils.py"), "initialize_fp4_gemm_config", where))
     if not ("SGLANG_FLASHINFER_FP4_GEMM_BACKEND" in init and "backend == 'auto'" in init and "backend = env_backend" in init):
         raise ProbeError(f"{where}: initialize_fp4_gemm_config no longer maps the variable as the entry says")
-    if "fp4_gemm_runner_backend: str = \"flashinfer_cutlass\"" not in source(version, "srt/server_args.py"):
+    if 'fp4_gemm_runner_backend: str = "flashinfer_cutlass"' not in source(version, "srt/server_args.py"):
         raise ProbeError(f"SGLang {version} srt/server_args.py: the FP4 GEMM backend's default is no longer flashinfer_cutlass")
     return True
 

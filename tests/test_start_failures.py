@@ -107,6 +107,7 @@ def verdict(entry_id: str, ctx: Context) -> Any:
 # --- each entry: triggered, not triggered, outside its versions -------------------------------
 
 EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
+FP4_ENV = {"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}
 
 
 def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[str, dict[str, Any]]:
@@ -151,10 +152,10 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "outside": dict(argv=["--moe-runner-backend", "flashinfer_trtllm"], version="0.5.8"),
         },
         "fp4-gemm-env-trtllm-on-sm120": {
-            "hit": (dict(argv=["--fp4-gemm-backend", "auto"], env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model), "refused"),
+            "hit": (dict(argv=["--fp4-gemm-backend", "auto"], env=FP4_ENV, model=model), "refused"),
             # not given: 0.5.9's default is flashinfer_cutlass, and the variable is only warned about
-            "miss": (dict(env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model), "ok"),
-            "outside": dict(argv=["--fp4-gemm-backend", "auto"], env={"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}, model=model, version="0.5.10"),
+            "miss": (dict(env=FP4_ENV, model=model), "ok"),
+            "outside": dict(argv=["--fp4-gemm-backend", "auto"], env=FP4_ENV, model=model, version="0.5.10"),
         },
         "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": {
             "hit": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.19"), "refused"),
