@@ -465,7 +465,7 @@ def test_the_real_nvfp4_start_that_ran_out_of_time_in_capture_is_named() -> None
             "nvfp4-moe-runner-auto-is-trtllm-on-sm120",
         ),
         ("ValueError: ModelOptFp8Config only supports static FP8 quantization in SGLang.", "modelopt-nvfp4-read-as-fp8"),
-        ("ValueError: Cannot find the config file for modelopt_fp4", "draft-inherits-quantization"),
+        ("ValueError: Cannot find the config file for modelopt_fp4", "draft-inherits-target-quantization"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out-of-memory-after-load"),
     ],
 )

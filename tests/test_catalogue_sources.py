@@ -338,6 +338,24 @@ def flashinfer_autotune_corrupts(version: str) -> bool:
     return pins[0] in AUTOTUNE_CORRUPTING_FLASHINFER
 
 
+def draft_inherits_quantization_and_fails(version: str) -> bool:
+    """Affected: ServerArgs gives the draft the target's quantization when
+    speculative_draft_model_quantization is not given (server_args.py, or arg_groups/serving_hook.py
+    from 0.5.19), and get_quant_config, finding no quantization config in the draft's directory, raises
+    "Cannot find the config file" for modelopt_fp4 rather than quantizing the draft online
+    (ModelOptFp4Config.for_online_weight_quantization)."""
+    srt = CACHE / "sglang" / version / "sglang" / "srt"
+    inherit = re.compile(r"speculative_draft_model_quantization(\s*=|=)\s*(self|cfg)\.quantization")
+    places = [srt / "server_args.py", srt / "arg_groups" / "serving_hook.py"]
+    if not any(p.is_file() and inherit.search(p.read_text()) for p in places):
+        raise ProbeError(f"SGLang {version}: the draft no longer takes the target's quantization where the probe reads it")
+    where = f"SGLang {version} srt/model_loader/weight_utils.py"
+    quant = ast.unparse(function(source(version, "srt/model_loader/weight_utils.py"), "get_quant_config", where))
+    if "Cannot find the config file" not in quant:
+        raise ProbeError(f"{where}: get_quant_config no longer raises for a missing quantization config")
+    return "for_online_weight_quantization" not in quant
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
@@ -353,6 +371,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "jit-all-reduce-on-pcie": custom_all_reduce_v2_crashes_on_pcie,
     "pcie-ipc-allreduce-kernels": pcie_ipc_allreduce_read,
     "fp4-gemm-env-trtllm-on-sm120": fp4_gemm_env_picks_trtllm,
+    "draft-inherits-target-quantization": draft_inherits_quantization_and_fails,
     "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
 }
 

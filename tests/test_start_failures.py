@@ -157,6 +157,14 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(env=FP4_ENV, model=model), "ok"),
             "outside": dict(argv=["--fp4-gemm-backend", "auto"], env=FP4_ENV, model=model, version="0.5.10"),
         },
+        "draft-inherits-target-quantization": {
+            "hit": (dict(argv=["--quantization", "modelopt_fp4", *EAGLE], draft=draft, version="0.5.17"), "refused"),
+            "miss": (
+                dict(argv=["--quantization", "modelopt_fp4", *EAGLE, "--speculative-draft-model-quantization", "unquant"], draft=draft),
+                "ok",
+            ),
+            "outside": dict(argv=["--quantization", "modelopt_fp4", *EAGLE], draft=draft, version="0.5.18"),
+        },
         "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": {
             "hit": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.19"), "refused"),
             "miss": (

@@ -125,7 +125,7 @@ KNOWN_CAUSES = (
         "add --quantization modelopt_fp4 (and --speculative-draft-model-quantization unquant for a bf16 draft)",
     ),
     KnownCause(
-        "draft-inherits-quantization",
+        "draft-inherits-target-quantization",
         r"Cannot find the config file for (modelopt|fp8|modelopt_fp4|modelopt_fp8)",
         "the draft inherited the target's --quantization but has no quantization config of its own",
         "add --speculative-draft-model-quantization unquant",
