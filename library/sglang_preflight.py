@@ -239,11 +239,33 @@ glibc_version:
   returned: always
   sample: "2.39"
 jit_tools_missing:
-  description: Which of nvcc, ninja and gcc were not found.
+  description: Which of nvcc, ninja, gcc and the C++ compiler (C($CXX), else C(c++)) were not found.
   type: list
   elements: str
   returned: always
   sample: [ninja]
+cxx_path:
+  description: The C++ compiler FlashInfer's JIT build files name (C($CXX), else C(c++) on PATH); null when not found.
+  type: str
+  returned: always
+  sample: /usr/bin/c++
+cuda_cccl_headers:
+  description:
+    - Whether the CUDA C++ core library headers (C(cuda/std)) are beside the nvcc found (C(include/cccl) as CUDA 13 lays
+      them out, or C(include) as CUDA 12 did); JIT kernels include them. Null when no nvcc was found.
+  type: bool
+  returned: always
+  sample: true
+python_headers:
+  description: Whether C(Python.h) is in the include directory of the Python the module ran with (FlashInfer's JIT passes it).
+  type: bool
+  returned: always
+  sample: false
+python_include:
+  description: That include directory (sysconfig's C(include) path).
+  type: str
+  returned: always
+  sample: /usr/include/python3.11
 facts_unknown:
   description: Fact -> why it is null (a command or file absent, unreadable or not in the expected format).
   type: dict
@@ -253,6 +275,7 @@ facts_unknown:
 
 import json
 import os
+import sysconfig
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
@@ -352,6 +375,8 @@ def preflight(module: AnsibleModule, params: dict) -> dict:
         nvidia_smi=params["nvidia_smi"],
         lspci=params["lspci"],
         cuda_home=params["cuda_home"],
+        python_include=sysconfig.get_path("include"),
+        cxx=os.environ.get("CXX") or None,
     )
 
     saved = dict(facts.as_dict(), memory_gib=memory_gib, gpus=gpus)

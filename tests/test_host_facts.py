@@ -60,6 +60,7 @@ class FakeHost:
         "nvcc": "nvcc.txt",
         "ninja": "ninja.txt",
         "gcc": "gcc.txt",
+        "c++": "cxx.txt",
         "lspci": "lspci-vvv.txt",
         "ldd": "ldd.txt",
     }
@@ -76,6 +77,10 @@ class FakeHost:
 
     def which(self, name: str) -> Optional[str]:
         base = name.rsplit("/", 1)[-1]
+        if base == "c++" and not self.file("cxx.txt"):
+            # the captures predate the C++ compiler probe (only `which` is asked, no output): a host
+            # whose gcc was captured is taken to have the GNU C++ driver beside it
+            return "/usr/bin/c++" if self.file("gcc.txt") else None
         if (name.startswith("/") and name != self.CUDA_NVCC) or base not in self.COMMANDS or not self.file(self.COMMANDS[base]):
             return None
         return name if name.startswith("/") else f"/usr/bin/{name}"
@@ -109,8 +114,13 @@ class FakeHost:
         libc = self.file("libc.txt")
         return libc.read_text().splitlines()[1] if libc else None
 
+    def exists(self, path: str) -> Optional[bool]:
+        """Whether path exists, from the fixture's paths.txt (one path a line); None (cannot tell) without one."""
+        listing = self.file("paths.txt")
+        return None if listing is None else path in listing.read_text().split()
+
     def gather(self, **kw: Any) -> GatheredFacts:
-        return gather(self.run, self.read, which=self.which, listdir=self.listdir, libc=self.libc, **kw)
+        return gather(self.run, self.read, which=self.which, listdir=self.listdir, libc=self.libc, exists=self.exists, **kw)
 
 
 def assert_unknown_has_reasons(facts: GatheredFacts) -> None:
@@ -145,8 +155,16 @@ def test_real_h200_gathered_exactly() -> None:
         "ninja_version": "1.13.2",
         "gcc_version": "13.3.0",
         "glibc_version": "2.39",
+        # the capture (2026-12-01) predates the C++ compiler and header probes: no cxx.txt, no paths.txt
         "jit_tools_missing": [],
+        "cxx_path": "/usr/bin/c++",
+        "cuda_cccl_headers": None,
+        "python_headers": None,
+        "python_include": None,
         "facts_unknown": {
+            "cuda_cccl_headers": "cannot tell whether /usr/local/cuda-13.0/include holds cccl/cuda/std or cuda/std",
+            "python_headers": "no include path of the server's Python was given (sysconfig)",
+            "python_include": "no include path of the server's Python was given (sysconfig)",
             "pcie_only": "1 GPU in nvidia-smi topo -m: no GPU pair whose link could be NVLink",
             "p2p_supported": "1 GPU in nvidia-smi topo -p2p r: no GPU pair",
             "acs_redirect": "lspci not found (install pciutils to read the bridges' ACS settings)",
@@ -182,8 +200,12 @@ def test_real_cmdline_has_no_iommu_switch_and_init_arguments_are_not_read() -> N
 def test_eight_gpu_pcie_host() -> None:
     facts = FakeHost(HF / "rtx-pro-6000-pcie").gather()
     assert_unknown_has_reasons(facts)
-    # no peer-to-peer answer was written for this constructed host (the real one's is not known)
-    assert sorted(facts.facts_unknown) == ["gpu_p2p_read", "p2p_supported"]
+    # no peer-to-peer answer was written for this constructed host (the real one's is not known), and
+    # no include path of a Python was given; its paths.txt has CUDA 13's CCCL headers
+    assert sorted(facts.facts_unknown) == ["gpu_p2p_read", "p2p_supported", "python_headers", "python_include"]
+    assert facts.cuda_cccl_headers is True and facts.cxx_path == "/usr/bin/c++"
+    with_python = FakeHost(HF / "rtx-pro-6000-pcie").gather(python_include="/usr/include/python3.11")
+    assert with_python.python_headers is False and with_python.python_include == "/usr/include/python3.11"
     assert facts.pcie_only is True and sorted(facts.gpu_topology or {}) == [f"GPU{i}" for i in range(8)]
     assert facts.gpu_topology["GPU0"] == {  # type: ignore[index]
         "GPU1": "PIX",
@@ -304,7 +326,7 @@ def test_a_bare_host_gives_every_fact_unknown_with_a_reason() -> None:
 
     facts = gather(never, absent, which=lambda name: None, listdir=no_folder, libc=lambda: None, cuda_home="/opt/cuda")
     assert_unknown_has_reasons(facts)
-    assert facts.jit_tools_missing == ["nvcc", "ninja", "gcc"]
+    assert facts.jit_tools_missing == ["nvcc", "ninja", "gcc", "c++"]
     assert all(facts.as_dict()[k] is None for k in FACTS if k != "jit_tools_missing")
     unknown = facts.facts_unknown
     assert unknown["gpu_topology"] == "nvidia-smi not found (is the NVIDIA driver installed?)"

@@ -236,8 +236,13 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "outside": None,
         },
         "flashinfer-jit-toolchain-missing": {
-            "hit": (dict(host=host_with(host8, jit_tools_missing=["ninja"])), "warning"),
+            "hit": (dict(host=host_with(host8, jit_tools_missing=["c++"])), "warning"),
             "miss": (dict(host=host_with(host8, jit_tools_missing=[])), "ok"),
+            "outside": None,
+        },
+        "jit-cuda-headers-missing": {
+            "hit": (dict(host=host_with(host8, cuda_cccl_headers=False)), "refused"),
+            "miss": (dict(host=host_with(host8, cuda_cccl_headers=True)), "ok"),
             "outside": None,
         },
         "draft-does-not-fit-target": {
@@ -627,7 +632,7 @@ def test_host_facts_follow_the_captures() -> None:
         ({"nvidia_kernel_module": "closed"}, "nvidia_kernel_module must be 'open' or 'proprietary'"),
         ({"iommu_mode": "on"}, "iommu_mode must be one of off, passthrough, translated or null, found 'on'"),
         ({"nvcc_version": 13}, "nvcc_version must be a dotted version such as '13.0' or null, found 13"),
-        ({"jit_tools_missing": ["clang"]}, "jit_tools_missing names only nvcc, ninja, gcc, found ['clang']"),
+        ({"jit_tools_missing": ["clang"]}, "jit_tools_missing names only nvcc, ninja, gcc, c++, found ['clang']"),
         ({"gpu_topology": ["GPU0"]}, "gpu_topology must map each GPU to {other GPU: link} or be null"),
         ({"acs_redirect": "no", "facts_unknown": {"x": 1}}, "acs_redirect must be true, false or null, found 'no' (and 1 more)"),
     ],

@@ -21,9 +21,14 @@ What is read, and from where:
   (``iommu_group_types``) and from those ``iommu_mode`` (off / passthrough / translated);
 - ``lspci -vvv`` (as root): ``acs_redirect``, whether a PCI bridge redirects peer-to-peer requests
   (``ACSCtl: ReqRedir+`` or ``CmpltRedir+``), and those bridges;
-- the FlashInfer JIT toolchain: ``nvcc --version`` (``<cuda_home>/bin/nvcc``, else the one on
-  PATH), ``ninja --version``, ``gcc --version``, glibc (``os.confstr``, else ``ldd --version``),
-  and ``jit_tools_missing``.
+- the JIT toolchain (FlashInfer's and SGLang's own kernels compiled at first use): ``nvcc --version``
+  (``<cuda_home>/bin/nvcc``, else the one on PATH), ``ninja --version``, ``gcc --version``, the C++
+  compiler FlashInfer's build files name (``$CXX``, else ``c++``), glibc (``os.confstr``, else ``ldd
+  --version``), ``jit_tools_missing``; the CUDA C++ core library headers beside that nvcc
+  (``cuda_cccl_headers``: ``<cuda_home>/include/cccl/cuda/std/version`` as CUDA 13 lays them out, or
+  ``<cuda_home>/include/cuda/std/version`` as CUDA 12 did), and Python's headers (``python_headers``:
+  ``Python.h`` in the include directory of the Python running this code, which FlashInfer's build
+  files pass with ``-isystem`` and its logging module includes).
 
 The GPUs themselves (``gpus``) stay with ``nvidia_smi.py``, which the module already runs.
 """
@@ -46,7 +51,7 @@ CMDLINE = "/proc/cmdline"
 IOMMU_SWITCHES = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough")
 IOMMU_MODES = ("off", "passthrough", "translated")
 KERNEL_MODULES = ("open", "proprietary")
-JIT_TOOLS = ("nvcc", "ninja", "gcc")
+JIT_TOOLS = ("nvcc", "ninja", "gcc", "c++")
 P2P_STATUSES = ("X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
 
 # Every fact a preflight result carries besides gpus, with what it holds (the schema
@@ -70,7 +75,11 @@ FACTS: dict[str, str] = {
     "ninja_version": "ninja --version (its leading X.Y.Z)",
     "gcc_version": "gcc --version",
     "glibc_version": "the C library's version",
-    "jit_tools_missing": "which of nvcc, ninja, gcc were not found",
+    "jit_tools_missing": "which of nvcc, ninja, gcc, c++ ($CXX, else c++) were not found",
+    "cxx_path": "the C++ compiler FlashInfer's JIT calls ($CXX, else c++ on PATH)",
+    "cuda_cccl_headers": "the CUDA C++ core library headers (cuda/std) are beside that nvcc (include/cccl or include)",
+    "python_headers": "Python.h is in the include directory of the Python the module ran with",
+    "python_include": "that include directory (sysconfig's include path)",
 }
 FACT_KEYS = (*FACTS, "facts_unknown")
 DOTTED_RE = re.compile(r"^\d+(\.\d+)*$")
@@ -386,6 +395,10 @@ class GatheredFacts:
     gcc_version: Optional[str] = None
     glibc_version: Optional[str] = None
     jit_tools_missing: Optional[list[str]] = None
+    cxx_path: Optional[str] = None
+    cuda_cccl_headers: Optional[bool] = None
+    python_headers: Optional[bool] = None
+    python_include: Optional[str] = None
     facts_unknown: dict[str, str] = field(default_factory=dict)
 
     def unknown(self, reason: str, *facts: str) -> None:
@@ -512,15 +525,47 @@ def _acs(facts: GatheredFacts, run: Run, which: Which, lspci: str) -> None:
     facts.acs_redirect, facts.acs_redirect_bridges = report.redirect, report.bridges
 
 
-def _toolchain(facts: GatheredFacts, run: Run, which: Which, cuda_home: str, libc: Callable[[], Optional[str]]) -> None:
+CCCL_MARKERS = ("include/cccl/cuda/std/version", "include/cuda/std/version")
+
+
+def _headers(facts: GatheredFacts, exists: Callable[[str], Optional[bool]], python_include: Optional[str]) -> None:
+    """cuda_cccl_headers beside the nvcc found (its toolkit root: <root>/bin/nvcc), python_headers.
+    exists answers None when it cannot tell (the fact stays unknown)."""
+    if facts.nvcc_path is None:
+        facts.unknown("no nvcc found, so no CUDA toolkit to look in", "cuda_cccl_headers")
+    else:
+        root = os.path.dirname(os.path.dirname(os.path.realpath(facts.nvcc_path)))
+        found = [exists(os.path.join(root, marker)) for marker in CCCL_MARKERS]
+        if True in found or all(f is False for f in found):
+            facts.cuda_cccl_headers = True in found
+        else:
+            facts.unknown(f"cannot tell whether {root}/include holds cccl/cuda/std or cuda/std", "cuda_cccl_headers")
+    if not python_include:
+        facts.unknown("no include path of the server's Python was given (sysconfig)", "python_headers", "python_include")
+        return
+    facts.python_include = python_include
+    header = exists(os.path.join(python_include, "Python.h"))
+    if header is None:
+        facts.unknown(f"cannot tell whether {python_include}/Python.h exists", "python_headers")
+    else:
+        facts.python_headers = header
+
+
+def _toolchain(
+    facts: GatheredFacts, run: Run, which: Which, cuda_home: str, libc: Callable[[], Optional[str]], cxx: Optional[str] = None
+) -> None:
     nvcc_at = f"{cuda_home.rstrip('/')}/bin/nvcc"
     facts.nvcc_path = which(nvcc_at) or which("nvcc")
+    facts.cxx_path = which(cxx or "c++")
     probes = (
         ("nvcc", "nvcc_version", facts.nvcc_path, f"at {nvcc_at} nor on PATH", parse_nvcc_version),
         ("ninja", "ninja_version", which("ninja"), "on PATH", parse_ninja_version),
         ("gcc", "gcc_version", which("gcc"), "on PATH", parse_gcc_version),
     )
     facts.jit_tools_missing = [tool for tool, _, binary, _, _ in probes if binary is None]
+    if facts.cxx_path is None:
+        facts.jit_tools_missing.append("c++")
+        facts.unknown(f"{'$CXX ' + repr(cxx) if cxx else 'c++'} not found on PATH", "cxx_path")
     if facts.nvcc_path is None:
         facts.unknown(f"nvcc not found at {nvcc_at} nor on PATH", "nvcc_path")
     for tool, name, binary, where, parse in probes:
@@ -559,15 +604,20 @@ def gather(
     nvidia_smi: str = "nvidia-smi",
     lspci: str = "lspci",
     cuda_home: str = DEFAULT_CUDA_HOME,
+    exists: Callable[[str], Optional[bool]] = os.path.exists,
+    python_include: Optional[str] = None,
+    cxx: Optional[str] = None,
 ) -> GatheredFacts:
-    """Every fact in FACTS, each null with its reason in facts_unknown when it cannot be read."""
+    """Every fact in FACTS, each null with its reason in facts_unknown when it cannot be read.
+    python_include: the include directory of the Python the server runs with (sysconfig's); cxx: $CXX."""
     facts = GatheredFacts()
     _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-m"], parse_topology, pcie_only, ("gpu_topology", "pcie_only"))
     _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-p2p", "r"], parse_p2p, p2p_supported, ("gpu_p2p_read", "p2p_supported"))
     _kernel_module(facts, read)
     _iommu(facts, read, listdir)
     _acs(facts, run, which, lspci)
-    _toolchain(facts, run, which, cuda_home, libc)
+    _toolchain(facts, run, which, cuda_home, libc, cxx)
+    _headers(facts, exists, python_include)
     return facts
 
 
@@ -591,7 +641,7 @@ def check_facts(data: Mapping[str, Any]) -> list[str]:
         value = data.get(key)
         if value is not None and not (isinstance(value, str) and DOTTED_RE.match(value)):
             problems.append(f"{key} must be a dotted version such as '13.0' or null, found {value!r}")
-    for key in ("pcie_only", "p2p_supported", "acs_redirect"):
+    for key in ("pcie_only", "p2p_supported", "acs_redirect", "cuda_cccl_headers", "python_headers"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             problems.append(f"{key} must be true, false or null, found {data[key]!r}")
     module = data.get("nvidia_kernel_module")
@@ -616,6 +666,7 @@ def check_facts(data: Mapping[str, Any]) -> list[str]:
     missing = data.get("jit_tools_missing")
     if _str_list(missing) and set(missing) - set(JIT_TOOLS):
         problems.append(f"jit_tools_missing names only {', '.join(JIT_TOOLS)}, found {missing!r}")
-    if data.get("nvcc_path") is not None and not isinstance(data["nvcc_path"], str):
-        problems.append(f"nvcc_path must be a path or null, found {data['nvcc_path']!r}")
+    for key in ("nvcc_path", "cxx_path", "python_include"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            problems.append(f"{key} must be a path or null, found {data[key]!r}")
     return problems

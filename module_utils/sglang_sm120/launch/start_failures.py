@@ -95,6 +95,8 @@ HOST_FACTS = (
     "acs_redirect",
     "nvcc_version",
     "jit_tools_missing",
+    "cuda_cccl_headers",
+    "python_headers",
 )
 CONDITIONS = {
     "flags": ("in", "gt", "given", "default"),
@@ -515,7 +517,9 @@ class HostFacts:
     iommu_mode: Optional[str] = None  # off / passthrough / translated
     acs_redirect: Optional[bool] = None
     nvcc_version: Optional[str] = None  # "13.0"
-    jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc
+    jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc, c++
+    cuda_cccl_headers: Optional[bool] = None
+    python_headers: Optional[bool] = None
     nvidia_module_version: Optional[str] = None
     unknown: dict[str, str] = field(default_factory=dict)  # fact -> why it is null (the file's facts_unknown)
     facts: dict[str, Any] = field(default_factory=dict)  # every other gathered fact (gpu_topology, iommu_cmdline, ...)
@@ -579,6 +583,8 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         acs_redirect=data.get("acs_redirect"),
         nvcc_version=data.get("nvcc_version"),
         jit_tools_missing=data.get("jit_tools_missing"),
+        cuda_cccl_headers=data.get("cuda_cccl_headers"),
+        python_headers=data.get("python_headers"),
         nvidia_module_version=data.get("nvidia_module_version"),
         unknown=dict(data.get("facts_unknown") or {}),
         facts={k: v for k, v in data.items() if k in FACT_KEYS and k not in typed},
