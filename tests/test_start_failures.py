@@ -194,6 +194,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--kv-cache-dtype", "bfloat16"], model=model, version="0.5.23"), "ok"),
             "outside": dict(model=model, version="0.5.9"),
         },
+        "triton-mla-decode-fp8-kv-smem-on-sm120": {
+            "hit": (dict(argv=["--attention-backend", "triton", "--kv-cache-dtype", "fp8_e4m3"], model=model), "warning"),
+            "miss": (dict(argv=["--attention-backend", "triton", "--kv-cache-dtype", "bfloat16"], model=model), "ok"),
+            "outside": None,
+        },
         "weights-exceed-static-memory": {
             "hit": (dict(argv=["--tp-size", "4"], model=model, host=host8), "refused"),
             "miss": (dict(argv=["--tp-size", "8"], model=model, host=host8), "ok"),
