@@ -194,6 +194,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--kv-cache-dtype", "bfloat16"], model=model, version="0.5.23"), "ok"),
             "outside": dict(model=model, version="0.5.9"),
         },
+        "trtllm-mha-fp8-kv-on-sm120": {
+            "hit": (dict(argv=["--speculative-draft-attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"]), "warning"),
+            "miss": (dict(argv=["--speculative-draft-attention-backend", "trtllm_mha", "--kv-cache-dtype", "bfloat16"]), "ok"),
+            "outside": None,
+        },
         "triton-mla-decode-fp8-kv-smem-on-sm120": {
             "hit": (dict(argv=["--attention-backend", "triton", "--kv-cache-dtype", "fp8_e4m3"], model=model), "warning"),
             "miss": (dict(argv=["--attention-backend", "triton", "--kv-cache-dtype", "bfloat16"], model=model), "ok"),
