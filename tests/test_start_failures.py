@@ -793,3 +793,19 @@ def test_a_draft_made_for_another_target_is_refused_naming_both_values(aliases: 
     # no speculation: ok without a draft; a draft flag without its directory: unknown, never ok
     assert verdict("draft-does-not-fit-target", context(aliases, [], model=read_model_dir(kimi))).verdict == "ok"
     assert verdict("draft-does-not-fit-target", context(aliases, EAGLE, model=read_model_dir(kimi))).verdict == "unknown"
+
+
+def test_a_draft_told_unquant_is_not_taken_for_one_left_to_inherit(aliases: dict[str, str]) -> None:
+    """On the values SGLang's ServerArgs resolved, --speculative-draft-model-quantization unquant is None
+    (0.5.9 _handle_missing_default_values) and a draft left to inherit holds the target's method: the
+    entry reads the first as fixed and the second as the failure, not None as "left to its default"
+    (a deploy's second gate refused the production profile for this before the rule)."""
+    draft = read_model_dir(MODELS / "kimi-k2.5-eagle3")
+    typed = ["--quantization", "modelopt_fp4", *EAGLE, "--speculative-draft-model-quantization", "unquant"]
+    entry = ENTRIES["draft-inherits-target-quantization"]
+    told = {"quantization": "modelopt_fp4", "speculative-draft-model-quantization": None}
+    fixed = evaluate_entry(entry, context(aliases, typed, draft=draft, resolved=told))
+    assert fixed.verdict == "ok", fixed.text()
+    left = {"quantization": "modelopt_fp4", "speculative-draft-model-quantization": "modelopt_fp4"}
+    inherits = evaluate_entry(entry, context(aliases, ["--quantization", "modelopt_fp4", *EAGLE], draft=draft, resolved=left))
+    assert inherits.verdict == "refused" and "--speculative-draft-model-quantization modelopt_fp4" in inherits.text(), inherits.text()

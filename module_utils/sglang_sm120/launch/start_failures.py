@@ -778,7 +778,10 @@ def _flag_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
             text = ", ".join(f"--{n}" for n in given) + " given" if ctx.resolved is None else listed(given) + " (set)"
         return found == cond["given"], text
     values = dict(given)
-    if not values and "default" in cond:
+    # where SGLang's ServerArgs resolved the flag, its default is already applied: a None there is
+    # SGLang's own answer ("unquant" becomes None), not a flag left to its default
+    resolved_none = ctx.resolved is not None and any(ctx.aliases.get(n, n) in ctx.resolved for n in names)
+    if not values and "default" in cond and not resolved_none:
         values = {names[0]: cond["default"]}
         note = " (SGLang's default, not given)"
     else:
