@@ -62,6 +62,7 @@ BF16 = ["--kv-cache-dtype", "bfloat16"]  # explicit, so the checkpoint's FP8 KV 
 QUANT = ["--quantization", "modelopt_fp4"]
 # explicit on 0.5.23, so the NVFP4 checkpoint's auto MoE runner (flashinfer_trtllm after the load) stays out of the way
 CUTLASS_MOE = ["--moe-runner-backend", "flashinfer_cutlass"]
+UNQUANT_DRAFT = ["--speculative-draft-model-quantization", "unquant"]
 ENTRIES = [e.id for e in load_catalogue()]
 
 needs_runtime = pytest.mark.skipif(
@@ -126,7 +127,8 @@ def host8() -> HostFacts:
 def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateReport]:
     """Every flag set through the gate in one runtime process, --gpu-cc 12.0 on the host facts' GPUs."""
     base = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", *BF16, *QUANT]
-    eagle3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
+    # the bf16 draft unquantized, as the toolkit's profiles give it (else it inherits --quantization: a catalogue entry)
+    eagle3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3", *UNQUANT_DRAFT]
     recipe = eagle3_recipe(Path("/data/Kimi-K2.5-NVFP4"), Path("/data/eagle3/output_100k_sglang/4"))
     sets = {
         "no-num-steps": [*base, *eagle3, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
@@ -134,7 +136,7 @@ def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateRepor
         "bad-choice": [*base, "--attention-backend", "no_such_backend"],
         "draft-tokens-16": [*base, *eagle3, *SPEC_3_1_16, "--attention-backend", "flashinfer"],
         # NEXTN is SGLang's alias of EAGLE: it resolves it, and the rules read EAGLE.
-        "nextn": [*base, "--speculative-algorithm", "NEXTN", *SPEC_2_4_8, "--attention-backend", "flashinfer"],
+        "nextn": [*base, "--speculative-algorithm", "NEXTN", *SPEC_2_4_8, "--attention-backend", "flashinfer", *UNQUANT_DRAFT],
         "recipe": recipe,
         "recipe-bf16": [*recipe, *BF16],
         # the toolkit's eagle3 profile for 0.5.9 (inventory/production: stack_quantization, the draft unquantized)
@@ -282,7 +284,7 @@ def test_cli_complete_json_lists_every_entry_and_sglangs_verdict(kimi: Path) -> 
     the hardware rule and the catalogue say so)."""
     out = run(
         "--sglang", TREE, "--model-class", KIMI, "--gpu-cc", "12.0", "--json", "--model", kimi, "--draft-model", DRAFT,
-        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, *QUANT, "--enable-flashinfer-allreduce-fusion",
+        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, *QUANT, *UNQUANT_DRAFT, "--enable-flashinfer-allreduce-fusion",
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
@@ -609,7 +611,7 @@ def test_the_same_check_again_reads_sglangs_verdict_back_without_importing_it(ki
     """SGLang's accepted verdict is kept under the cache (flag-gate/verdicts), keyed by every input;
     a changed input (here the environment) is checked again."""
     args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT]
-    argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT]
+    argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, *UNQUANT_DRAFT]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
     first = run(*args, *argv, env=env)
     again = run(*args, *argv, env=env)
@@ -633,8 +635,8 @@ def test_the_warm_checker_keeps_sglang_imported_for_the_next_checks(kimi: Path, 
     user can reach); the next check, with other flags, is answered by the same process."""
     args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT, "--warm", "120"]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
-    first = run(*args, "--", *EAGLE, *RECIPE, *BF16, *QUANT, env=env)
-    second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, env=env)
+    first = run(*args, "--", *EAGLE, *RECIPE, *BF16, *QUANT, *UNQUANT_DRAFT, env=env)
+    second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, *UNQUANT_DRAFT, env=env)
     pids = [re.search(r"by the warm checker pid (\d+) \(", out.stdout) for out in (first, second)]
     try:
         assert first.returncode == 0 and second.returncode == 0, first.stdout + first.stderr + second.stdout + second.stderr
