@@ -400,6 +400,7 @@ CANARY = {
         "differences": ["vision tower: left out"],
     },
     "log": "/opt/sglang/releases/0002-abcdef12/logs/canary.log",
+    "graphs": "CUDA graphs captured for batch sizes 1 4 only, piecewise prefill graphs for 64 and 256 tokens: a capture failure shows",
 }
 
 
@@ -415,6 +416,7 @@ def test_the_report_shows_the_start_canary_and_never_reads_its_accept_length_as_
     assert "## Start canary" in md and "**served** beside the serving server, in 143.9 s (healthy after 141.2 s)" in md
     assert "- backends (from /server_info): attention_backend flashinfer, kv_cache_dtype fp8_e4m3" in md and "page_size" not in md
     assert "- cuda graphs: **yes**: server log: Capture cuda graph end." in md
+    assert "- CUDA graphs captured for batch sizes 1 4 only, piecewise prefill graphs for 64 and 256 tokens" in md
     assert "- accept length 1.03: meaningless on random weights" in md and "  - vision tower: left out" in md
     assert v["status"] == "pass"  # the gate read the benchmark's figures, not the canary's
     failed = build_report("gpu-1", {**MANIFEST, "canary": {**CANARY, "ok": False, "phase": "exited"}}, figures, v, "eagle3", [], {})

@@ -450,6 +450,7 @@ def canary_summary(record: Any) -> dict[str, Any]:
         "models": {"target": models.get("target") or "", "draft": models.get("draft") or "", "key": models.get("key") or ""},
         "differences": [str(d) for d in models.get("differences") or []],
         "log": record.get("log") or "",
+        "graphs": record.get("graphs") or "",
     }
 
 
@@ -473,6 +474,8 @@ def canary_lines(canary: Mapping[str, Any]) -> list[str]:
     for opt in canary.get("optimisations") or []:
         why = "; ".join(str(e) for e in opt.get("evidence") or []) or opt.get("note") or ""
         lines.append(f"- {_md(opt.get('name'))}: **{_md(opt.get('verdict'))}**{': ' + _md(why) if why else ''}")
+    if canary.get("graphs"):
+        lines.append(f"- {_md(canary['graphs'])}")
     accept = canary.get("accept_length")
     lines.append(f"- accept length {_fmt(accept, 2) if accept is not None else '-'}: {_md(canary['accept_note'])}")
     if canary.get("differences"):
