@@ -372,6 +372,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "pcie-ipc-allreduce-kernels": pcie_ipc_allreduce_read,
     "fp4-gemm-env-trtllm-on-sm120": fp4_gemm_env_picks_trtllm,
     "draft-inherits-target-quantization": draft_inherits_quantization_and_fails,
+    "draft-quantized-online-to-nvfp4": lambda version: not draft_inherits_quantization_and_fails(version),
     "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
 }
 

@@ -165,6 +165,18 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             ),
             "outside": dict(argv=["--quantization", "modelopt_fp4", *EAGLE], draft=draft, version="0.5.18"),
         },
+        "draft-quantized-online-to-nvfp4": {
+            "hit": (dict(argv=["--quantization", "modelopt_fp4", *EAGLE], draft=draft, version="0.5.18"), "warning"),
+            "miss": (
+                dict(
+                    argv=["--quantization", "modelopt_fp4", *EAGLE, "--speculative-draft-model-quantization", "unquant"],
+                    draft=draft,
+                    version="0.5.23",
+                ),
+                "ok",
+            ),
+            "outside": dict(argv=["--quantization", "modelopt_fp4", *EAGLE], draft=draft, version="0.5.17"),
+        },
         "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": {
             "hit": (dict(argv=["--moe-runner-backend", "flashinfer_cutlass"], model=model, version="0.5.19"), "refused"),
             "miss": (
