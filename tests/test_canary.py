@@ -467,6 +467,11 @@ def test_the_real_nvfp4_start_that_ran_out_of_time_in_capture_is_named() -> None
         ("ValueError: ModelOptFp8Config only supports static FP8 quantization in SGLang.", "modelopt-nvfp4-read-as-fp8"),
         ("ValueError: Cannot find the config file for modelopt_fp4", "draft-inherits-target-quantization"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out-of-memory-after-load"),
+        (
+            "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 102400, Hardware limit: 101376.",
+            "triton-mla-decode-fp8-kv-smem-on-sm120",
+        ),
+        ("RuntimeError: FP8 (e4m3) is not yet supported for FMHAv2 on SM120", "trtllm-mha-fp8-kv-on-sm120"),
     ],
 )
 def test_each_known_cause_is_named_from_its_line(line: str, name: str) -> None:

@@ -131,6 +131,18 @@ KNOWN_CAUSES = (
         "add --speculative-draft-model-quantization unquant",
     ),
     KnownCause(
+        "triton-mla-decode-fp8-kv-smem-on-sm120",
+        r"OutOfResources: out of resource: shared memory|Required: \d+, Hardware limit: \d+",
+        "a Triton kernel (on SM120: the MLA decode with an FP8 KV cache) needs more shared memory than this GPU has",
+        "use --kv-cache-dtype bfloat16 with triton attention, or --attention-backend flashinfer",
+    ),
+    KnownCause(
+        "trtllm-mha-fp8-kv-on-sm120",
+        r"FP8 \(e4m3\) is not yet supported for FMHAv2",
+        "trtllm_mha's FMHAv2 prefill has no FP8 kernel on this GPU",
+        "use --kv-cache-dtype bfloat16, or flashinfer / triton for the draft (--speculative-draft-attention-backend)",
+    ),
+    KnownCause(
         "out-of-memory-after-load",
         r"OutOfMemoryError|CUDA out of memory",
         "the GPU memory ran out after the weights loaded (KV pool, CUDA graphs or activations)",
