@@ -356,6 +356,22 @@ def draft_inherits_quantization_and_fails(version: str) -> bool:
     return "for_online_weight_quantization" not in quant
 
 
+def triton_mla_decode_two_stages(version: str) -> bool:
+    """Affected: SGLang's Triton grouped (MLA) decode kernel runs the 576-wide key (512 + 64 rope) with
+    num_stages 2 on CUDA and no case for compute capability 12, the configuration vLLM's identical
+    kernel overran SM120's shared memory with for an FP8 KV cache."""
+    root = CACHE / "sglang" / version / "sglang"
+    files = [root / "srt/layers/attention/triton_ops/decode_attention.py", root / "kernels/ops/attention/decode_attention.py"]
+    found = [f for f in files if f.is_file()]
+    if not found:
+        raise ProbeError(f"SGLang {version}: no Triton decode_attention.py where the probe reads it")
+    where = f"SGLang {version} {found[0].relative_to(root)}"
+    body = ast.unparse(function(found[0].read_text(encoding="utf-8"), "_decode_grouped_att_m_fwd", where))
+    if "Lk == 576" not in body:
+        raise ProbeError(f"{where}: _decode_grouped_att_m_fwd has no 576-wide (MLA) key case any more")
+    return "num_stages = 2" in body and not re.search(r"sm_?12|is_sm120|get_device_capability", body)
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
@@ -373,6 +389,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "fp4-gemm-env-trtllm-on-sm120": fp4_gemm_env_picks_trtllm,
     "draft-inherits-target-quantization": draft_inherits_quantization_and_fails,
     "draft-quantized-online-to-nvfp4": lambda version: not draft_inherits_quantization_and_fails(version),
+    "triton-mla-decode-fp8-kv-smem-on-sm120": triton_mla_decode_two_stages,
     "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
 }
 
