@@ -170,11 +170,10 @@ def main() -> int:
     # 2. a process standing in for the serving server holds the memory; the placement reads it.
     ready = work / "holder.ready"
     ready.unlink(missing_ok=True)
-    code = "import time; time.sleep(3600)" if args.no_holder else HOLDER
-    holder = subprocess.Popen([sys.executable, "-c", code, str(args.hold_free_gib), str(ready)])
+    holder = None if args.no_holder else subprocess.Popen([sys.executable, "-c", HOLDER, str(args.hold_free_gib), str(ready)])
     try:
-        for _ in range(240):
-            if ready.exists() or holder.poll() is not None or args.no_holder:
+        for _ in range(240 if holder else 0):
+            if ready.exists() or holder.poll() is not None:
                 break
             time.sleep(0.5)
         smi_held, held = gpus()
@@ -202,8 +201,9 @@ def main() -> int:
             plain = canary.canary_argv(plan, models["target"], models["draft"], args.port, placement.mem_fraction)
             summary["serves-bf16kv"] = run("serves-bf16kv", out, plain, env, args.sglang_version, keys, args.budget)
     finally:
-        holder.kill()
-        holder.wait()
+        if holder is not None:
+            holder.kill()
+            holder.wait()
     text = json.dumps(summary, indent=1) + "\n"
     for folder in out.iterdir():
         for f in folder.glob("*") if folder.is_dir() else []:

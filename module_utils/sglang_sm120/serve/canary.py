@@ -303,11 +303,6 @@ CANARY_PIECEWISE_TOKENS = (64, 256)  # the canary's prompts are a few tokens eac
 NO_GRAPH_FLAGS = ("--disable-cuda-graph",)
 
 
-def _version_tuple(version: Optional[str]) -> Optional[tuple[int, ...]]:
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", str(version or "").strip())
-    return tuple(int(x) for x in match.groups()) if match else None
-
-
 def _drop_list_flag(argv: list[str], names: Sequence[str]) -> list[str]:
     """argv without the flag and the values that follow it (a list flag: ``--f 1 2 4`` or ``--f=1``)."""
     out: list[str] = []
@@ -340,7 +335,7 @@ def trim_cuda_graphs(argv: Sequence[str], batch_sizes: Sequence[int], sglang_ver
         raise CanaryArgvError(f"sglang_canary_graph_batch_sizes must be positive batch sizes, found {list(batch_sizes)}")
     if any(_flag_of(a, NO_GRAPH_FLAGS) for a in out):
         return out, "no CUDA graphs to trim: the launch plan has --disable-cuda-graph"
-    version = _version_tuple(sglang_version)
+    version = server_evidence.parse_version(sglang_version)
     if version is None:
         return out, f"CUDA graphs as planned: the SGLang version ({sglang_version or 'unknown'}) does not say which flags trim them"
     shown = " ".join(str(b) for b in sizes)
