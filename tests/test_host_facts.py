@@ -485,3 +485,28 @@ def test_a_catalogue_condition_reads_the_drivers_p2p_answer() -> None:
     assert verdict(HF / "nvlink-8gpu").verdict == "ok"
     unread = verdict(HF / "rtx-pro-6000-pcie")
     assert unread.verdict == "unknown" and "topo -p2p r not captured" in unread.text()
+
+
+def test_cccl_headers_are_read_where_the_real_toolkit_keeps_them(cuda_home: Path, tmp_path: Path) -> None:
+    """The markers against NVIDIA's own CUDA 13.0.1 layout (the controller's toolkit from NVIDIA's wheels:
+    include/cccl/cuda/std/version), CUDA 12's (include/cuda/std/version), and a toolkit with nvcc but
+    neither; the root is the one above nvcc's bin/, as FlashInfer derives it."""
+
+    def facts(home: Path, exists: Any = None) -> GatheredFacts:
+        nvcc = str(home / "bin" / "nvcc")
+
+        def absent(path: str) -> str:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+
+        return gather(
+            lambda argv: (1, "", "not run here"), absent, which=lambda name: nvcc if name in (nvcc, "nvcc") else None,
+            listdir=lambda path: [], libc=lambda: None, cuda_home=str(home), **({"exists": exists} if exists else {}),
+        )  # fmt: skip
+
+    assert facts(cuda_home).cuda_cccl_headers is True
+    cuda12 = {"/opt/cuda/include/cuda/std/version"}
+    assert facts(Path("/opt/cuda"), exists=lambda path: path in cuda12).cuda_cccl_headers is True
+    bare = tmp_path / "bare"
+    (bare / "bin").mkdir(parents=True)
+    (bare / "bin" / "nvcc").write_text("")
+    assert facts(bare).cuda_cccl_headers is False

@@ -529,12 +529,14 @@ CCCL_MARKERS = ("include/cccl/cuda/std/version", "include/cuda/std/version")
 
 
 def _headers(facts: GatheredFacts, exists: Callable[[str], Optional[bool]], python_include: Optional[str]) -> None:
-    """cuda_cccl_headers beside the nvcc found (its toolkit root: <root>/bin/nvcc), python_headers.
+    """cuda_cccl_headers beside the nvcc found, python_headers. The toolkit root is the nvcc's
+    <root>/bin/nvcc as found, links not followed: FlashInfer's JIT takes $CUDA_HOME (the unit sets it to
+    the toolkit preflight looks in first), else the directory above `which nvcc`'s, the same way.
     exists answers None when it cannot tell (the fact stays unknown)."""
     if facts.nvcc_path is None:
         facts.unknown("no nvcc found, so no CUDA toolkit to look in", "cuda_cccl_headers")
     else:
-        root = os.path.dirname(os.path.dirname(os.path.realpath(facts.nvcc_path)))
+        root = os.path.dirname(os.path.dirname(facts.nvcc_path))
         found = [exists(os.path.join(root, marker)) for marker in CCCL_MARKERS]
         if True in found or all(f is False for f in found):
             facts.cuda_cccl_headers = True in found
