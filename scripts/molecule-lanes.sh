@@ -4,7 +4,7 @@
 # pipelining a task costs one `docker exec`), so three lanes use a 2-core machine better than two.
 # The job `pytest` runs the unit tests (pytest tests) in a lane like a scenario (make test). Every
 # line is prefixed with its job; each job's time is printed at the end.
-# Exits non-zero when any job failed (the other lanes still finish).
+# Exits non-zero when any job failed (the other lanes still finish); a failed job's summary is printed again at the end.
 #   scripts/molecule-lanes.sh SCENARIO|pytest...
 set -uo pipefail
 lanes=${MOLECULE_LANES:-3}
@@ -29,9 +29,9 @@ run_lane() {
     while scenario=$(next_scenario) && [ -n "$scenario" ]; do
         start=$(date +%s)
         if [ "$scenario" = pytest ]; then
-            pytest tests 2>&1 | sed -u "s/^/[pytest] /"
+            pytest tests 2>&1 | tee "$results/log-$scenario" | sed -u "s/^/[pytest] /"
         else
-            molecule test -s "$scenario" 2>&1 | sed -u "s/^/[$scenario] /"
+            molecule test -s "$scenario" 2>&1 | tee "$results/log-$scenario" | sed -u "s/^/[$scenario] /"
         fi
         status=${PIPESTATUS[0]}
         echo "$scenario $status $(( $(date +%s) - start ))" >>"$results/lane-$lane"
@@ -50,6 +50,18 @@ echo "molecule: job, exit status, seconds"
 while read -r scenario status seconds; do
     echo "molecule:   $scenario $status ${seconds}s"
     [ "$status" = 0 ] || failed=1
+done < <(cat "$results"/lane-* | sort)
+# A failed job's last lines again, after the table: a CI that keeps only the tail of the output still
+# shows which test or task failed (pytest's short summary names each failed test).
+while read -r scenario status seconds; do
+    [ "$status" = 0 ] && continue
+    echo "molecule: the last lines of $scenario (exit status $status):"
+    if [ "$scenario" = pytest ]; then
+        sed -n '/short test summary info/,$p' "$results/log-$scenario" | tail -n 60
+    else
+        grep -n -E 'fatal:|FAILED!|failed=[1-9]|ERROR' "$results/log-$scenario" | tail -n 20
+        tail -n 20 "$results/log-$scenario"
+    fi | sed "s/^/[$scenario] /"
 done < <(cat "$results"/lane-* | sort)
 [ "$(cat "$results"/lane-* | wc -l)" = "$#" ] || { echo "molecule: not every scenario reported" >&2; failed=1; }
 exit $failed

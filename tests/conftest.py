@@ -149,7 +149,7 @@ STANDIN_ROOT = ROOT / "tests/fixtures/sglang-standin"
 
 
 @contextlib.contextmanager
-def standin_server(flags: Sequence[str], env: Mapping[str, str], wait_s: float = 10.0) -> Iterator[str]:
+def standin_server(flags: Sequence[str], env: Mapping[str, str], wait_s: float = 60.0) -> Iterator[str]:
     """The stand-in server (TEST FIXTURE, tests/fixtures/sglang-standin) on a free 127.0.0.1 port with
     the given flags and SGLANG_STANDIN_* settings; yields its URL once /health answers 200, or after
     wait_s (the caller asserts what it needs); stopped afterwards."""

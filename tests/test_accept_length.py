@@ -352,7 +352,7 @@ def standin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "SGLANG_STANDIN_TOKEN_MS": "1",
         "SGLANG_STANDIN_CONTROL_DIR": str(control),
     }
-    with standin_server(["--model-path", "m", "--speculative-algorithm", "EAGLE3"], env, wait_s=20) as url:
+    with standin_server(["--model-path", "m", "--speculative-algorithm", "EAGLE3"], env) as url:
         assert bench_client._get(url, "/health", None) is not None, "the stand-in did not become healthy"
         yield url, control
 

@@ -101,7 +101,7 @@ class Worker:
         ]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while bench_client._get(self.url, "/health", None) is None:
             assert time.monotonic() < deadline, f"stand-in {self.url} never healthy"
             time.sleep(0.1)

@@ -186,7 +186,7 @@ def test_the_builds_of_a_group_run_at_the_same_time(tmp_path: Path) -> None:
     took = time.monotonic() - began
     spans = {name: [float((tmp_path / f"{name}.{edge}").read_text()) for edge in ("began", "ended")] for name in ("left", "right")}
     assert spans["left"][0] < spans["right"][1] and spans["right"][0] < spans["left"][1], json.dumps(spans)  # they overlapped
-    assert took < 2 * 2 + 20  # not one after the other plus the venvs' own time
+    assert took < 120  # every wait returned (that they ran side by side is the overlap above, not a clock)
 
 
 @pytest.mark.parametrize("cores,mem,expected", [(2, 8, [["base", "solo"], ["dependent"]]), (1, 8, [["base"], ["solo"], ["dependent"]])])

@@ -297,7 +297,7 @@ def test_yaml_scalars_read_as_pyyaml_reads_them() -> None:
 
 
 def test_the_port_stays_closed_while_loading_then_503_during_warm_up_then_200(start) -> None:
-    server = start(SGLANG_STANDIN_LOAD_SECONDS="1.0", SGLANG_STANDIN_WARMUP_SECONDS="1.0")
+    server = start(SGLANG_STANDIN_LOAD_SECONDS="1.0", SGLANG_STANDIN_WARMUP_SECONDS="3.0")  # 3 requests inside it, even loaded
     time.sleep(0.5)
     assert server.proc.poll() is None and not port_open(server.port)
     server.wait_open()
@@ -317,14 +317,14 @@ def test_health_latency_comes_from_the_control_file(start, tmp_path: Path, varia
     control.mkdir()
     server = start(**{variable: str(control)})
     server.wait_healthy()
-    (control / "health-seconds").write_text("0.6")
+    (control / "health-seconds").write_text("3")
     tic = time.monotonic()
     assert server.call("GET", "/health")[0] == 200
-    assert 0.55 < time.monotonic() - tic < 3
+    assert time.monotonic() - tic > 2.95
     (control / "health-seconds").write_text("not a number")
     tic = time.monotonic()
     assert server.call("GET", "/health_generate")[0] == 200
-    assert time.monotonic() - tic < 0.5
+    assert time.monotonic() - tic < 2.5  # no delay (a loaded machine still answers well inside the 3 s above)
 
 
 def test_never_healthy_answers_503_forever_and_crash_exits_1(start) -> None:
@@ -335,15 +335,15 @@ def test_never_healthy_answers_503_forever_and_crash_exits_1(start) -> None:
     time.sleep(1.0)
     assert never.call("GET", "/health")[0] == 503
     assert "fired up" not in never.log()
-    assert crash.proc.wait(timeout=10) == 1 and not port_open(crash.port)
+    assert crash.proc.wait(timeout=60) == 1 and not port_open(crash.port)
     assert "RuntimeError: stand-in crash requested by SGLANG_STANDIN_MODE=crash" in crash.log()
-    assert missing.proc.wait(timeout=10) == 1
+    assert missing.proc.wait(timeout=60) == 1
     assert "OSError: /models/x.missing does not appear to have a file named config.json" in missing.log()
 
 
 @pytest.mark.parametrize(("version", "during", "after"), [("0.5.9", 404, 404), ("0.5.13", 404, 404), ("0.5.23", 503, 200)])
 def test_ready_exists_only_from_0_5_23(start, version: str, during: int, after: int) -> None:
-    server = start(version=version, SGLANG_STANDIN_WARMUP_SECONDS="1.0")
+    server = start(version=version, SGLANG_STANDIN_WARMUP_SECONDS="3.0")
     server.wait_open()
     assert server.call("GET", "/ready")[0] == during
     server.wait_healthy()
@@ -589,7 +589,7 @@ def test_flashinfer_fusion_on_sm120_is_silent_in_0_5_9_and_fatal_in_0_5_23(start
     old.wait_open()
     hopper.wait_open()
     assert "FlashInfer" not in old.log()
-    assert new.proc.wait(timeout=10) == 1 and not port_open(new.port)
+    assert new.proc.wait(timeout=60) == 1 and not port_open(new.port)
     assert new.log().rstrip().endswith("ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.")
     assert "--enable-flashinfer-allreduce-fusion is deprecated. Please use --flashinfer-allreduce-fusion-backend=auto instead." in new.log()
     assert "[{} TP1] FlashInfer workspace initialized for rank 1, world_size 2" in re.sub(r"\[[0-9-]+ [0-9:]+", "[{}", hopper.log())
