@@ -118,22 +118,21 @@ from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
     identify_toolkit,
 )
 
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", required=True),
+    version=dict(type="str", required=True),
+    components=dict(type="dict", required=True),
+    component_packages=dict(type="dict", default={}),
+    meta_packages=dict(type="list", elements="str", default=[]),
+    runtime_packages=dict(type="list", elements="str", default=[]),
+    runtime_releases=dict(type="dict", default={}),
+    apt_revision=dict(type="str", default="1"),
+    prerequisites=dict(type="list", elements="str", default=[]),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", required=True),
-            version=dict(type="str", required=True),
-            components=dict(type="dict", required=True),
-            component_packages=dict(type="dict", default={}),
-            meta_packages=dict(type="list", elements="str", default=[]),
-            runtime_packages=dict(type="list", elements="str", default=[]),
-            runtime_releases=dict(type="dict", default={}),
-            apt_revision=dict(type="str", default="1"),
-            prerequisites=dict(type="list", elements="str", default=[]),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: identify(module, module.params))
 
 

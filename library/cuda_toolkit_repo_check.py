@@ -78,18 +78,18 @@ def fetch(module: AnsibleModule, url: str) -> bytes | None:
     return response.read()
 
 
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", required=True),
+    version=dict(type="str", required=True),
+    pins=dict(type="dict", required=True),
+    required=dict(type="list", elements="str", default=[]),
+    key=dict(type="str", no_log=False),
+    fingerprints=dict(type="list", elements="str", default=[]),
+)
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            version=dict(type="str", required=True),
-            pins=dict(type="dict", required=True),
-            required=dict(type="list", elements="str", default=[]),
-            key=dict(type="str", no_log=False),
-            fingerprints=dict(type="list", elements="str", default=[]),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     args = (partial(fetch, module), p["url"], p["version"], p["pins"], p["required"], p["key"], p["fingerprints"])
     run_module(module, lambda: dict(changed=False, **check_repository(*args)))

@@ -149,23 +149,23 @@ from ansible.module_utils.sglang_sm120.host.cuda_toolkit import (
 PROBE = "__global__ void sm_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
+ARGUMENT_SPEC = dict(
+    cuda_home=dict(type="path", required=True),
+    release=dict(type="str", required=True),
+    build=dict(type="str", required=True),
+    version=dict(type="str"),
+    runtime=dict(type="str"),
+    runtime_releases=dict(type="dict", default={}),
+    packages=dict(type="dict", default={}),
+    meta_package=dict(type="str", default=""),
+    runtime_packages=dict(type="list", elements="str", default=[]),
+    arch=dict(type="str", default="12.0"),
+    stamp=dict(type="path"),
+)
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            cuda_home=dict(type="path", required=True),
-            release=dict(type="str", required=True),
-            build=dict(type="str", required=True),
-            version=dict(type="str"),
-            runtime=dict(type="str"),
-            runtime_releases=dict(type="dict", default={}),
-            packages=dict(type="dict", default={}),
-            meta_package=dict(type="str", default=""),
-            runtime_packages=dict(type="list", elements="str", default=[]),
-            arch=dict(type="str", default="12.0"),
-            stamp=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: verify(module, module.params))
 
 

@@ -87,29 +87,27 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.progress import Progress, last_log_line, wait_job
-from ansible.module_utils.sglang_sm120.release.lock import renew
+from ansible.module_utils.sglang_sm120.release.lock import renew_while_polling
+
+ARGUMENT_SPEC = dict(
+    results_file=dict(type="path", required=True),
+    log=dict(type="path"),
+    what=dict(type="str", required=True),
+    phase=dict(type="str", default=""),
+    started=dict(type="float", required=True),
+    timeout=dict(type="float", default=0),
+    wait_seconds=dict(type="float", default=10),
+    lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            results_file=dict(type="path", required=True),
-            log=dict(type="path"),
-            what=dict(type="str", required=True),
-            phase=dict(type="str", default=""),
-            started=dict(type="float", required=True),
-            timeout=dict(type="float", default=0),
-            wait_seconds=dict(type="float", default=10),
-            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: wait(module.params, module.check_mode))
 
 
 def wait(p: dict, check_mode: bool = False) -> dict:
-    if p["lock_renewal"] and not check_mode:
-        renew(**p["lock_renewal"])  # each poll of a benchmark run renews the deploy lock's heartbeat
+    renew_while_polling(p["lock_renewal"], check_mode)  # each poll of a benchmark run renews the deploy lock's heartbeat
     finished = wait_job(p["results_file"], p["wait_seconds"])
     progress = Progress(
         what=p["what"],

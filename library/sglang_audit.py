@@ -126,17 +126,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.patches.audit import audit, audit_key, read_audit_proof, write_audit_proof
 
+ARGUMENT_SPEC = dict(
+    sglang=dict(type="path", required=True),
+    model_class=dict(type="str"),
+    model_dir=dict(type="path"),
+    algorithm=dict(type="str", default="EAGLE3"),
+    fail_on_missing=dict(type="bool", default=True),
+    stamp=dict(type="path"),
+)
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            sglang=dict(type="path", required=True),
-            model_class=dict(type="str"),
-            model_dir=dict(type="path"),
-            algorithm=dict(type="str", default="EAGLE3"),
-            fail_on_missing=dict(type="bool", default=True),
-            stamp=dict(type="path"),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_one_of=[("model_class", "model_dir")],
         mutually_exclusive=[("model_class", "model_dir")],
         supports_check_mode=True,

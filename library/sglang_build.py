@@ -302,34 +302,36 @@ from ansible.module_utils.sglang_sm120.build.reach import check_reach, missing_p
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.host.cuda_toolkit import dpkg_installed
 from ansible.module_utils.sglang_sm120.progress import build_progress
-from ansible.module_utils.sglang_sm120.release.lock import renew
+from ansible.module_utils.sglang_sm120.release.lock import renew_while_polling
+
+ARGUMENT_SPEC = dict(
+    item=dict(type="dict"),
+    items=dict(type="list", elements="dict", default=[]),
+    root=dict(type="path", required=True),
+    state=dict(type="str", choices=["started", "finished", "cached", "reach"], default="started"),
+    missing=dict(type="list", elements="str", default=[]),
+    source_packages=dict(type="dict", default={}),
+    probe_timeout=dict(type="float", default=60),
+    estimate_hours=dict(type="dict", default={}),
+    staged=dict(type="path"),
+    prebuilt_staged=dict(type="path"),
+    pip_args=dict(type="list", elements="str", default=[]),
+    python=dict(type="str", default="python3"),
+    dep_dirs=dict(type="dict", default={}),
+    jobs=dict(type="int", default=0),
+    max_jobs=dict(type="int", default=0),
+    parallel=dict(type="int", default=1),
+    parallel_min_jobs=dict(type="int", default=4),
+    cuda_home=dict(type="path", required=True),
+    cuobjdump=dict(type="path"),
+    wait_seconds=dict(type="float", default=30),
+    lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            item=dict(type="dict"),
-            items=dict(type="list", elements="dict", default=[]),
-            root=dict(type="path", required=True),
-            state=dict(type="str", choices=["started", "finished", "cached", "reach"], default="started"),
-            missing=dict(type="list", elements="str", default=[]),
-            source_packages=dict(type="dict", default={}),
-            probe_timeout=dict(type="float", default=60),
-            estimate_hours=dict(type="dict", default={}),
-            staged=dict(type="path"),
-            prebuilt_staged=dict(type="path"),
-            pip_args=dict(type="list", elements="str", default=[]),
-            python=dict(type="str", default="python3"),
-            dep_dirs=dict(type="dict", default={}),
-            jobs=dict(type="int", default=0),
-            max_jobs=dict(type="int", default=0),
-            parallel=dict(type="int", default=1),
-            parallel_min_jobs=dict(type="int", default=4),
-            cuda_home=dict(type="path", required=True),
-            cuobjdump=dict(type="path"),
-            wait_seconds=dict(type="float", default=30),
-            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "started", ("item",)), ("state", "finished", ("item",))],
         supports_check_mode=True,
     )
@@ -337,8 +339,7 @@ def main() -> None:
 
 
 def build(module: AnsibleModule, p: dict, check_mode: bool) -> dict:
-    if p["lock_renewal"] and not check_mode:
-        renew(**p["lock_renewal"])  # each poll of a long build renews the deploy lock's heartbeat
+    renew_while_polling(p["lock_renewal"], check_mode)  # each poll of a long build renews the deploy lock's heartbeat
     if p["state"] == "cached":
         result = survey(p["root"], p["items"], create=not check_mode)
         cuobjdump = p["cuobjdump"] if p["cuobjdump"] and os.path.exists(p["cuobjdump"]) else ""

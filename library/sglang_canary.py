@@ -321,37 +321,36 @@ from ansible.module_utils.sglang_sm120.serve.canary import (
     trim_cuda_graphs,
 )
 
+ARGUMENT_SPEC = dict(
+    python=dict(type="path", required=True),
+    module=dict(type="str", default="sglang.launch_server"),
+    argv=dict(type="list", elements="str", required=True),
+    env=dict(type="dict", default={}),
+    log=dict(type="path", required=True),
+    start_timeout=dict(type="float", default=300.0),
+    request_timeout=dict(type="float", default=120.0),
+    port=dict(type="int", default=30100),
+    mem_fraction=dict(type="float", default=0.1),
+    target_model=dict(type="path", required=True),
+    draft_model=dict(type="path"),
+    keys_file=dict(type="path", no_log=False),
+    prompts=dict(type="list", elements="str", default=list(DEFAULT_PROMPTS)),
+    concurrency=dict(type="int", default=4),
+    graph_batch_sizes=dict(type="list", elements="int", default=[]),
+    env_files=dict(type="list", elements="str", default=[]),
+    user=dict(type="str", default=""),
+    policy=dict(type="str", default="auto", choices=list(POLICIES)),
+    gpus_freed=dict(type="bool", default=False),
+    gpu_query=dict(type="bool", default=True),
+    min_free_mib=dict(type="int", default=16384),
+    kv_cache_dtype=dict(type="str"),
+    sglang_version=dict(type="str", default=""),
+    lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            module=dict(type="str", default="sglang.launch_server"),
-            argv=dict(type="list", elements="str", required=True),
-            env=dict(type="dict", default={}),
-            log=dict(type="path", required=True),
-            start_timeout=dict(type="float", default=300.0),
-            request_timeout=dict(type="float", default=120.0),
-            port=dict(type="int", default=30100),
-            mem_fraction=dict(type="float", default=0.1),
-            target_model=dict(type="path", required=True),
-            draft_model=dict(type="path"),
-            keys_file=dict(type="path", no_log=False),
-            prompts=dict(type="list", elements="str", default=list(DEFAULT_PROMPTS)),
-            concurrency=dict(type="int", default=4),
-            graph_batch_sizes=dict(type="list", elements="int", default=[]),
-            env_files=dict(type="list", elements="str", default=[]),
-            user=dict(type="str", default=""),
-            policy=dict(type="str", default="auto", choices=list(POLICIES)),
-            gpus_freed=dict(type="bool", default=False),
-            gpu_query=dict(type="bool", default=True),
-            min_free_mib=dict(type="int", default=16384),
-            kv_cache_dtype=dict(type="str"),
-            sglang_version=dict(type="str", default=""),
-            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: canary(module, module.params))
 
 

@@ -167,21 +167,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.serve.canary_models import UNKNOWN_ARCHITECTURE, canary_models
 
+ARGUMENT_SPEC = dict(
+    target_model_path=dict(type="path"),
+    draft_model_path=dict(type="path"),
+    argv=dict(type="list", elements="str"),
+    tokenizer_path=dict(type="path", required=True),
+    dest=dict(type="path", required=True),
+    tp_size=dict(type="int"),
+    unknown_architecture=dict(type="str", default="fail", choices=list(UNKNOWN_ARCHITECTURE)),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            target_model_path=dict(type="path"),
-            draft_model_path=dict(type="path"),
-            argv=dict(type="list", elements="str"),
-            tokenizer_path=dict(type="path", required=True),
-            dest=dict(type="path", required=True),
-            tp_size=dict(type="int"),
-            unknown_architecture=dict(type="str", default="fail", choices=list(UNKNOWN_ARCHITECTURE)),
-        ),
-        required_one_of=[("target_model_path", "argv")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=[("target_model_path", "argv")], supports_check_mode=True)
     p = module.params
     models = (p["dest"], p["tokenizer_path"], p["argv"] or [], p["target_model_path"], p["draft_model_path"], p["tp_size"])
     run_module(module, lambda: canary_models(*models, check_mode=module.check_mode, unknown_architecture=p["unknown_architecture"]))

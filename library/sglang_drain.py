@@ -65,20 +65,19 @@ drain:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.fleet.drain import DrainError, read_load, wait_drained
-from ansible.module_utils.sglang_sm120.release.lock import renew
+from ansible.module_utils.sglang_sm120.release.lock import renew_while_polling
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", default="http://127.0.0.1:30000"),
+    api_key=dict(type="str", default="", no_log=True),
+    timeout=dict(type="float", required=True),
+    interval=dict(type="float", default=1),
+    lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", default="http://127.0.0.1:30000"),
-            api_key=dict(type="str", default="", no_log=True),
-            timeout=dict(type="float", required=True),
-            interval=dict(type="float", default=1),
-            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: drain(module.params, module.check_mode))
 
 
@@ -86,8 +85,7 @@ def drain(p: dict, check_mode: bool) -> dict:
     key = p["api_key"] or None
 
     def read():
-        if p["lock_renewal"] and not check_mode:
-            renew(**p["lock_renewal"])  # a long drain keeps the deploy lock's heartbeat
+        renew_while_polling(p["lock_renewal"], check_mode)  # a long drain keeps the deploy lock's heartbeat
         return read_load(p["url"], key)
 
     result = wait_drained(read, timeout=0 if check_mode else p["timeout"], interval=p["interval"])

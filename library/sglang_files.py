@@ -115,24 +115,24 @@ from ansible.module_utils.sglang_sm120.files import DirSpec, FileSpec, ensure_fi
 _OWNED = dict(path=dict(type="path", required=True), owner=dict(type="str"), group=dict(type="str"))
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            files=dict(
-                type="list",
-                elements="dict",
-                default=[],
-                options=dict(
-                    _OWNED,
-                    content=dict(type="str"),
-                    state=dict(type="str", choices=["present", "absent"], default="present"),
-                    mode=dict(type="str", default="0644"),
-                ),
-            ),
-            directories=dict(type="list", elements="dict", default=[], options=dict(_OWNED, mode=dict(type="str", default="0755"))),
+ARGUMENT_SPEC = dict(
+    files=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            _OWNED,
+            content=dict(type="str"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            mode=dict(type="str", default="0644"),
         ),
-        supports_check_mode=True,
-    )
+    ),
+    directories=dict(type="list", elements="dict", default=[], options=dict(_OWNED, mode=dict(type="str", default="0755"))),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: write_files(module))
 
 

@@ -135,34 +135,32 @@ runtime_findings:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.progress import Progress, clean_line
-from ansible.module_utils.sglang_sm120.release.lock import renew
+from ansible.module_utils.sglang_sm120.release.lock import renew_while_polling
 from ansible.module_utils.sglang_sm120.serve.evidence import findings, judge, select_lines
 from ansible.module_utils.sglang_sm120.serve.health import journal, poll
 
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str", default="sglang.service"),
+    url=dict(type="str", default="http://127.0.0.1:30000/health"),
+    started=dict(type="float", required=True),
+    wait_seconds=dict(type="float", default=15),
+    probe_timeout=dict(type="float", default=30),
+    restarts_baseline=dict(type="int", default=0),
+    sglang_version=dict(type="str", default=""),
+    argv=dict(type="list", elements="str", default=[]),
+    journal_lines=dict(type="int", default=30),
+    lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
+    timeout=dict(type="float", default=0),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type="str", default="sglang.service"),
-            url=dict(type="str", default="http://127.0.0.1:30000/health"),
-            started=dict(type="float", required=True),
-            wait_seconds=dict(type="float", default=15),
-            probe_timeout=dict(type="float", default=30),
-            restarts_baseline=dict(type="int", default=0),
-            sglang_version=dict(type="str", default=""),
-            argv=dict(type="list", elements="str", default=[]),
-            journal_lines=dict(type="int", default=30),
-            lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
-            timeout=dict(type="float", default=0),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: health(module.params, module.check_mode))
 
 
 def health(p: dict, check_mode: bool = False) -> dict:
-    if p["lock_renewal"] and not check_mode:
-        renew(**p["lock_renewal"])  # each poll of a long start renews the deploy lock's heartbeat
+    renew_while_polling(p["lock_renewal"], check_mode)  # each poll of a long start renews the deploy lock's heartbeat
     result = poll(
         p["unit"], p["url"], p["started"], p["wait_seconds"], restarts_baseline=p["restarts_baseline"], probe_timeout=p["probe_timeout"]
     )

@@ -94,21 +94,19 @@ from ansible.module_utils.sglang_sm120.patches.import_check import (
     write_proof,
 )
 
+ARGUMENT_SPEC = dict(
+    python=dict(type="path", required=True),
+    targets=dict(type="list", elements="str", default=[]),
+    modules=dict(type="list", elements="str", default=[]),
+    environment=dict(type="dict", default={}),
+    timeout=dict(type="int", default=600),
+    sglang_dir=dict(type="path"),
+    stamp=dict(type="path"),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            targets=dict(type="list", elements="str", default=[]),
-            modules=dict(type="list", elements="str", default=[]),
-            environment=dict(type="dict", default={}),
-            timeout=dict(type="int", default=600),
-            sglang_dir=dict(type="path"),
-            stamp=dict(type="path"),
-        ),
-        required_by={"stamp": ("sglang_dir",)},
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_by={"stamp": ("sglang_dir",)}, supports_check_mode=True)
     run_module(module, lambda: import_check(module.params, module.check_mode), partial=dict(imports=[], cached=False))
 
 

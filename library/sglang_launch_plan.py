@@ -244,34 +244,34 @@ PASSED_AS_IS = (
 )
 
 
+ARGUMENT_SPEC = dict(
+    sglang=dict(type="path", required=True),
+    profiles=dict(type="dict", required=True),
+    profile=dict(type="str", required=True),
+    host=dict(type="str", required=True),
+    port=dict(type="int", required=True),
+    extra_flags=dict(type="dict", default={}),
+    env_parts=dict(type="list", elements="dict", default=[]),
+    secret_names=dict(type="list", elements="str", default=[], no_log=False),
+    patches=dict(type="list", elements="str"),
+    manifest=dict(type="dict", default={}),
+    patches_only=dict(type="list", elements="str", default=[]),
+    model_class=dict(type="str"),
+    gpu_major=dict(type="int", default=12),
+    launch_module=dict(type="str", default="sglang.launch_server"),
+    python=dict(type="path"),
+    pythonpath=dict(type="list", elements="path", default=[]),
+    cache=dict(type="path"),
+    start_failures=dict(type="dict", default={}),
+    start_failures_skipped=dict(type="str", default=""),
+    model_files=dict(type="dict", default={}),
+    host_facts=dict(type="path"),
+    service_user=dict(type="str", default=""),
+)
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            sglang=dict(type="path", required=True),
-            profiles=dict(type="dict", required=True),
-            profile=dict(type="str", required=True),
-            host=dict(type="str", required=True),
-            port=dict(type="int", required=True),
-            extra_flags=dict(type="dict", default={}),
-            env_parts=dict(type="list", elements="dict", default=[]),
-            secret_names=dict(type="list", elements="str", default=[], no_log=False),
-            patches=dict(type="list", elements="str"),
-            manifest=dict(type="dict", default={}),
-            patches_only=dict(type="list", elements="str", default=[]),
-            model_class=dict(type="str"),
-            gpu_major=dict(type="int", default=12),
-            launch_module=dict(type="str", default="sglang.launch_server"),
-            python=dict(type="path"),
-            pythonpath=dict(type="list", elements="path", default=[]),
-            cache=dict(type="path"),
-            start_failures=dict(type="dict", default={}),
-            start_failures_skipped=dict(type="str", default=""),
-            model_files=dict(type="dict", default={}),
-            host_facts=dict(type="path"),
-            service_user=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: launch_plan(module.params, module.check_mode))
 
 

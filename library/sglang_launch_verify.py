@@ -106,21 +106,20 @@ from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.launch.plan import verify_plan, write_model_files
 from ansible.module_utils.sglang_sm120.release.venv import release_sglang
 
+ARGUMENT_SPEC = dict(
+    plan=dict(type="dict", required=True),
+    venv=dict(type="path", required=True),
+    start_failures=dict(type="dict", default={}),
+    model_files=dict(type="dict", default={}),
+    host_facts=dict(type="path"),
+    gpu_major=dict(type="int", default=12),
+    cache=dict(type="path"),
+    timeout=dict(type="int", default=600),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            plan=dict(type="dict", required=True),
-            venv=dict(type="path", required=True),
-            start_failures=dict(type="dict", default={}),
-            model_files=dict(type="dict", default={}),
-            host_facts=dict(type="path"),
-            gpu_major=dict(type="int", default=12),
-            cache=dict(type="path"),
-            timeout=dict(type="int", default=600),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: launch_verify(module.params, module.check_mode))
 
 

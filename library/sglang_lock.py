@@ -140,21 +140,20 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.release.lock import acquire, break_lock, describe, release
 
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", default="/opt/sglang/deploy.lock"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    holder=dict(type="dict", required=True),
+    heartbeat_timeout_minutes=dict(type="float", default=15),
+    defer_same_controller=dict(type="bool", default=False),
+    holder_check=dict(type="dict"),
+    break_hint=dict(type="str", default="remove {path} on the host"),
+    force=dict(type="bool", default=False),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", default="/opt/sglang/deploy.lock"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            holder=dict(type="dict", required=True),
-            heartbeat_timeout_minutes=dict(type="float", default=15),
-            defer_same_controller=dict(type="bool", default=False),
-            holder_check=dict(type="dict"),
-            break_hint=dict(type="str", default="remove {path} on the host"),
-            force=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: lock(module, module.params))
 
 

@@ -89,17 +89,16 @@ from ansible.module_utils.sglang_sm120.patches.engine import pristine_sources
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 from ansible.module_utils.sglang_sm120.release.venv import find_sglang
 
+ARGUMENT_SPEC = dict(
+    venv=dict(type="path", required=True),
+    pristine_of=dict(type="list", elements="str", default=[]),
+    manifest=dict(type="dict"),
+    state_dir=dict(type="path"),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            venv=dict(type="path", required=True),
-            pristine_of=dict(type="list", elements="str", default=[]),
-            manifest=dict(type="dict"),
-            state_dir=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: package(module.params))
 
 

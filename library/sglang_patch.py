@@ -108,19 +108,21 @@ from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.patches.engine import apply, revert
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
+ARGUMENT_SPEC = dict(
+    sglang_dir=dict(type="path", required=True),
+    manifest=dict(type="dict", required=True),
+    template_dir=dict(type="path"),
+    rendered=dict(type="dict"),
+    state_dir=dict(type="path"),
+    only=dict(type="list", elements="str"),
+    values=dict(type="dict", default={}),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            sglang_dir=dict(type="path", required=True),
-            manifest=dict(type="dict", required=True),
-            template_dir=dict(type="path"),
-            rendered=dict(type="dict"),
-            state_dir=dict(type="path"),
-            only=dict(type="list", elements="str"),
-            values=dict(type="dict", default={}),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_one_of=[("template_dir", "rendered")],
         mutually_exclusive=[("template_dir", "rendered")],
         supports_check_mode=True,

@@ -76,18 +76,17 @@ from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.patches.engine import pristine_originals, prove_rendered, render_selected
 from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
 
+ARGUMENT_SPEC = dict(
+    manifest=dict(type="dict", required=True),
+    template_dir=dict(type="path", required=True),
+    only=dict(type="list", elements="str"),
+    values=dict(type="dict", default={}),
+    pristine=dict(type="dict"),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            manifest=dict(type="dict", required=True),
-            template_dir=dict(type="path", required=True),
-            only=dict(type="list", elements="str"),
-            values=dict(type="dict", default={}),
-            pristine=dict(type="dict"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: render(module.params))
 
 

@@ -291,34 +291,34 @@ def read_text(path: str) -> str:
         return handle.read()
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            disks=dict(
-                type="list",
-                elements="dict",
-                default=[],
-                options=dict(
-                    label=dict(type="str", required=True),
-                    path=dict(type="path", required=True),
-                    min_gib=dict(type="float", required=True),
-                ),
-            ),
-            min_memory_gib=dict(type="float", default=0),
-            gpu_required=dict(type="bool", default=True),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            gpu_count=dict(type="int", default=8),
-            gpu_name_pattern=dict(type="str", default="RTX PRO 6000"),
-            gpu_compute_cap=dict(type="str", default="12.0"),
-            gpu_min_driver=dict(type="str", default="580.65.06"),
-            lspci=dict(type="str", default="lspci"),
-            cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
-            save_facts=dict(type="path"),
-            setting_names=dict(type="dict", default={}),
-            problems=dict(type="list", elements="str", default=[]),
+ARGUMENT_SPEC = dict(
+    disks=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            label=dict(type="str", required=True),
+            path=dict(type="path", required=True),
+            min_gib=dict(type="float", required=True),
         ),
-        supports_check_mode=True,
-    )
+    ),
+    min_memory_gib=dict(type="float", default=0),
+    gpu_required=dict(type="bool", default=True),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
+    gpu_count=dict(type="int", default=8),
+    gpu_name_pattern=dict(type="str", default="RTX PRO 6000"),
+    gpu_compute_cap=dict(type="str", default="12.0"),
+    gpu_min_driver=dict(type="str", default="580.65.06"),
+    lspci=dict(type="str", default="lspci"),
+    cuda_home=dict(type="path", default=DEFAULT_CUDA_HOME),
+    save_facts=dict(type="path"),
+    setting_names=dict(type="dict", default={}),
+    problems=dict(type="list", elements="str", default=[]),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: preflight(module, module.params))
 
 

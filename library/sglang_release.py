@@ -102,23 +102,25 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.release.records import Releases, release_key
 
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", default="/opt/sglang"),
+    action=dict(
+        type="str",
+        required=True,
+        choices=["find", "create", "ready", "good", "bad", "discard", "switch", "prune", "info", "rollback_target"],
+    ),
+    key=dict(type="str", no_log=False),
+    inputs=dict(type="dict", default={}),
+    release=dict(type="str"),
+    reason=dict(type="str", default=""),
+    manifest=dict(type="dict", default={}),
+    keep=dict(type="int", default=5),
+)
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", default="/opt/sglang"),
-            action=dict(
-                type="str",
-                required=True,
-                choices=["find", "create", "ready", "good", "bad", "discard", "switch", "prune", "info", "rollback_target"],
-            ),
-            key=dict(type="str", no_log=False),
-            inputs=dict(type="dict", default={}),
-            release=dict(type="str"),
-            reason=dict(type="str", default=""),
-            manifest=dict(type="dict", default={}),
-            keep=dict(type="int", default=5),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[
             ("action", "find", ("key", "inputs"), True),
             ("action", "create", ("key",)),

@@ -159,25 +159,24 @@ from ansible.module_utils.sglang_sm120.build.elf_closure import pth_dirs, scan_v
 from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
 from ansible.module_utils.sglang_sm120.release.install import constraints_text, install_argv, read_back, release_wheels, site_packages
 
+ARGUMENT_SPEC = dict(
+    venv=dict(type="path", required=True),
+    build_root=dict(type="path", required=True),
+    artifacts=dict(type="dict", required=True),
+    specs=dict(type="dict", default={}),
+    install=dict(type="bool", default=True),
+    install_deps=dict(type="bool", default=True),
+    find_links=dict(type="list", elements="path", default=[]),
+    log=dict(type="path"),
+    cuobjdump=dict(type="path"),
+    library_dirs=dict(type="list", elements="path", default=[]),
+    closure_allowlist=dict(type="dict", default={}),
+    check_closure=dict(type="bool", default=True),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            venv=dict(type="path", required=True),
-            build_root=dict(type="path", required=True),
-            artifacts=dict(type="dict", required=True),
-            specs=dict(type="dict", default={}),
-            install=dict(type="bool", default=True),
-            install_deps=dict(type="bool", default=True),
-            find_links=dict(type="list", elements="path", default=[]),
-            log=dict(type="path"),
-            cuobjdump=dict(type="path"),
-            library_dirs=dict(type="list", elements="path", default=[]),
-            closure_allowlist=dict(type="dict", default={}),
-            check_closure=dict(type="bool", default=True),
-        ),
-        supports_check_mode=False,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=False)
     result = {}  # what a failure returns too: what was done before it
     run_module(module, lambda: install(module.params, result), partial=result)
 

@@ -151,27 +151,26 @@ from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.release.records import Releases
 from ansible.module_utils.sglang_sm120.serve.report import report_release
 
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", default="/opt/sglang"),
+    release=dict(type="str", required=True),
+    host=dict(type="str", required=True),
+    runs=dict(type="list", elements="dict", default=[]),
+    output_len=dict(type="int", required=True),
+    configured_profile=dict(type="str", required=True),
+    baseline=dict(type="str", default="baseline"),
+    candidate=dict(type="str", default="eagle3"),
+    gate=dict(type="str", choices=["warn", "fail", "off"], default="warn"),
+    threshold=dict(type="float", default=1.0),
+    evidence=dict(type="dict", default={}),
+    settings=dict(type="dict", default={}),
+    router=dict(type="dict", default={}),
+    report_dir=dict(type="path"),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", default="/opt/sglang"),
-            release=dict(type="str", required=True),
-            host=dict(type="str", required=True),
-            runs=dict(type="list", elements="dict", default=[]),
-            output_len=dict(type="int", required=True),
-            configured_profile=dict(type="str", required=True),
-            baseline=dict(type="str", default="baseline"),
-            candidate=dict(type="str", default="eagle3"),
-            gate=dict(type="str", choices=["warn", "fail", "off"], default="warn"),
-            threshold=dict(type="float", default=1.0),
-            evidence=dict(type="dict", default={}),
-            settings=dict(type="dict", default={}),
-            router=dict(type="dict", default={}),
-            report_dir=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     options = {name: p[name] for name in ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "router", "report_dir")}
     args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])

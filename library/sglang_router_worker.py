@@ -88,19 +88,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
 from ansible.module_utils.sglang_sm120.fleet.router import RouterClient
 
+ARGUMENT_SPEC = dict(
+    router_url=dict(type="str", required=True),
+    router_api_key=dict(type="str", default="", no_log=True),
+    worker_url=dict(type="str", required=True),
+    worker_api_key=dict(type="str", default="", no_log=True),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    wait_timeout=dict(type="float", default=120),
+)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            router_url=dict(type="str", required=True),
-            router_api_key=dict(type="str", default="", no_log=True),
-            worker_url=dict(type="str", required=True),
-            worker_api_key=dict(type="str", default="", no_log=True),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            wait_timeout=dict(type="float", default=120),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: ensure(module.params, module.check_mode))
 
 

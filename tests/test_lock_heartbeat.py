@@ -232,3 +232,16 @@ def test_the_heartbeat_thread_renews_while_a_module_blocks_and_reports_a_lost_lo
     with pytest.raises(LockError, match=r"no longer holds the deploy lock .*run_id=b6"):
         beat.stop()
     assert json.loads(lock.read_text())["run_id"] == "b6"
+
+
+def test_a_polling_module_renews_only_when_asked_and_never_in_check_mode(tmp_path: Path) -> None:
+    lock = tmp_path / "deploy.lock"
+    lock.write_text(json.dumps(foreign("poller", time.time() - 600, renewed_at=time.time() - 600)))
+    before = json.loads(lock.read_text())
+    deploy_lock.renew_while_polling(None, check_mode=False)  # no lock_renewal passed: nothing to renew
+    deploy_lock.renew_while_polling({"path": str(lock), "run_id": "poller"}, check_mode=True)
+    assert json.loads(lock.read_text()) == before
+    deploy_lock.renew_while_polling({"path": str(lock), "run_id": "poller"}, check_mode=False)
+    assert json.loads(lock.read_text())["renewed_at"] > before["renewed_at"] + 500
+    with pytest.raises(LockError, match="run_id=someone-else"):  # a lock lost meanwhile stops the poll
+        deploy_lock.renew_while_polling({"path": str(lock), "run_id": "someone-else"}, check_mode=False)

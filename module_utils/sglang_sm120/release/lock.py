@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import ToolkitError
 from ..files import directory_lock
@@ -352,6 +352,14 @@ def acquire(
             lock.unlink()
             _create(lock, record)
         return {"acquired": not dry_run, "held": True, "holder": record, "took_over": record["took_over"], "message": message}
+
+
+def renew_while_polling(renewal: Optional[Mapping[str, Any]], check_mode: bool) -> None:
+    """What a module that polls something long (a build, a start, a benchmark, a drain) does on each
+    poll: renew the deploy lock's heartbeat when the play passed lock_renewal ({path, run_id}); a
+    check-mode run writes nothing, so it renews nothing."""
+    if renewal and not check_mode:
+        renew(**renewal)
 
 
 def renew(path: str, run_id: str) -> dict[str, Any]:
