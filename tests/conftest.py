@@ -148,6 +148,14 @@ def free_port() -> int:
 STANDIN_ROOT = ROOT / "tests/fixtures/sglang-standin"
 
 
+def standin_env(version: str, load: float, warmup: float, health: float, token_ms: int) -> dict[str, str]:
+    """The stand-in server's timing settings (SGLANG_STANDIN_*, tests/fixtures/sglang-standin): the SGLang
+    version it speaks as, seconds of model load (port closed) and of warm-up (503), /health's latency,
+    milliseconds a token."""
+    values = {"VERSION": version, "LOAD_SECONDS": load, "WARMUP_SECONDS": warmup, "HEALTH_SECONDS": health, "TOKEN_MS": token_ms}
+    return {f"SGLANG_STANDIN_{name}": str(value) for name, value in values.items()}
+
+
 @contextlib.contextmanager
 def standin_server(flags: Sequence[str], env: Mapping[str, str], wait_s: float = 60.0) -> Iterator[str]:
     """The stand-in server (TEST FIXTURE, tests/fixtures/sglang-standin) on a free 127.0.0.1 port with

@@ -16,18 +16,11 @@ from typing import Optional
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, standin_env
 from sglang_sm120.serve import canary
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
-FAST = {
-    "SGLANG_STANDIN_VERSION": "0.5.9",
-    "SGLANG_STANDIN_LOAD_SECONDS": "0.8",
-    "SGLANG_STANDIN_WARMUP_SECONDS": "0.8",
-    "SGLANG_STANDIN_HEALTH_SECONDS": "0.02",
-    "SGLANG_STANDIN_TOKEN_MS": "1",
-    "PYTHONPATH": str(STANDIN),
-}
+FAST = {**standin_env("0.5.9", load=0.8, warmup=0.8, health=0.02, token_ms=1), "PYTHONPATH": str(STANDIN)}
 PLAN = [
     "--model-path", "/models/Kimi-K2.5-NVFP4", "--tp-size", "8", "--host", "0.0.0.0", "--port", "30000",
     "--mem-fraction-static", "0.85", "--attention-backend", "triton", "--speculative-algorithm", "EAGLE3",

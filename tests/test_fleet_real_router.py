@@ -24,7 +24,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from conftest import CACHE, ROOT, free_port
+from conftest import CACHE, ROOT, free_port, standin_env
 from sglang_sm120.fleet import drain, router
 from sglang_sm120.serve import bench_client
 
@@ -78,27 +78,10 @@ class Worker:
         self.release = release
         log = self.log.with_name(f"{self.log.stem}-{release}.log")
         self.logs.append(log)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(STANDIN),
-            "SGLANG_STANDIN_VERSION": release,
-            "SGLANG_STANDIN_LOAD_SECONDS": "0.5",
-            "SGLANG_STANDIN_WARMUP_SECONDS": "0.2",
-            "SGLANG_STANDIN_TOKEN_MS": "25",
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "sglang_standin",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--model-path",
-            "/models/tiny",
-            "--api-key",
-            self.key,
-        ]
+        timing = standin_env(release, load=0.5, warmup=0.2, health=1.0, token_ms=25)  # 1.0: the default
+        env = {**os.environ, "PYTHONPATH": str(STANDIN), **timing}
+        flags = {"--host": "127.0.0.1", "--port": str(self.port), "--model-path": "/models/tiny", "--api-key": self.key}
+        argv = [sys.executable, "-m", "sglang_standin", *(item for pair in flags.items() for item in pair)]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -133,24 +116,12 @@ def fleet(router_python: str, tmp_path: Path) -> Iterator[tuple[str, str, list[W
     workers_file = tmp_path / "workers.json"  # what the role writes: each worker with its own key
     workers_file.write_text(json.dumps([{"url": w.url, "api_key": w.key} for w in workers]), encoding="utf-8")
     port, metrics = free_port(), free_port()
-    argv = [
-        router_python,
-        str(LAUNCHER),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--policy",
-        "cache_aware",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(metrics),
-        "--health-check-timeout-secs",
-        "30",
-        "--health-check-interval-secs",
-        "2",
-    ]
+    # the flags the router role renders, as flag-value pairs
+    flags = {
+        "--host": "127.0.0.1", "--port": str(port), "--policy": "cache_aware", "--prometheus-host": "127.0.0.1",
+        "--prometheus-port": str(metrics), "--health-check-timeout-secs": "30", "--health-check-interval-secs": "2",
+    }  # fmt: skip
+    argv = [router_python, str(LAUNCHER), *(item for pair in flags.items() for item in pair)]
     log = tmp_path / "router.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -17,17 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, ROOT, free_port, needed, standin_server
+from conftest import CACHE, ROOT, free_port, needed, standin_env, standin_server
 from sglang_sm120_controller import prometheus_chart as pc
 
 PROMETHEUS = CACHE / "promtool/bin/prometheus"
-FAST = {
-    "SGLANG_STANDIN_LOAD_SECONDS": "0.3",
-    "SGLANG_STANDIN_WARMUP_SECONDS": "0.2",
-    "SGLANG_STANDIN_HEALTH_SECONDS": "0.01",
-    "SGLANG_STANDIN_TOKEN_MS": "2",
-    "SGLANG_STANDIN_VERSION": "0.5.13",
-}
+FAST = standin_env("0.5.13", load=0.3, warmup=0.2, health=0.01, token_ms=2)
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
 SPEC += ["--speculative-num-draft-tokens", "4", "--model-path", "/models/target"]
 

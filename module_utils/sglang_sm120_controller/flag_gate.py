@@ -325,13 +325,8 @@ class _Release:
 
     @property
     def options(self) -> dict[str, Any]:
-        """The options the flag check's rules take, as keyword arguments."""
-        return {
-            "model_class": self.model_class,
-            "gpu_major": self.gpu_major,
-            "planned_patches": self.planned_patches,
-            "allow_topk_tree_on_mla": self.allow_topk_tree_on_mla,
-        }
+        """The options the flag check's rules take, as keyword arguments (attributes of the same names)."""
+        return {name: getattr(self, name) for name in ("model_class", "gpu_major", "planned_patches", "allow_topk_tree_on_mla")}
 
     @functools.cached_property
     def rules(self) -> Callable[[Mapping[str, Any]], list[Finding]]:
