@@ -198,16 +198,16 @@ def test_deep_gemm_importing_in_the_release_venv_refuses_0_5_9_unless_its_jit_is
     probe = {"deep_gemm_importable": True, "deep_gemm_note": "import deep_gemm succeeded"}
     typed = plan()
     with pytest.raises(LaunchPlanError) as caught:
-        start_gate(typed, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, deep_gemm=probe)
+        start_gate(typed, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, venv_probes=probe)
     text = str(caught.value)
     assert "refused: [deepgemm-on-sm120]" in text
     assert "host deep_gemm_importable true (import probe in the release's venv: import deep_gemm succeeded)" in text
     assert "fix: set SGLANG_ENABLE_JIT_DEEPGEMM=0" in text
     off = plan(env_parts=[{"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "SGLANG_ENABLE_JIT_DEEPGEMM": "0"}])
-    gated = start_gate(off, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, deep_gemm=probe)
+    gated = start_gate(off, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, venv_probes=probe)
     assert {v["id"]: v["verdict"] for v in gated.start_gate["verdicts"]}["deepgemm-on-sm120"] == "ok"
     # without a host-facts file the probe still decides it; the other host entries stay unknown
-    alone = start_gate(off, WHEEL_059, CATALOGUE, MODEL_DIRS, None, 12, deep_gemm=probe)
+    alone = start_gate(off, WHEEL_059, CATALOGUE, MODEL_DIRS, None, 12, venv_probes=probe)
     verdicts = {v["id"]: v for v in alone.start_gate["verdicts"]}
     assert verdicts["deepgemm-on-sm120"]["verdict"] == "ok" and verdicts["driver-too-old"]["verdict"] == "unknown"
     assert "no host-facts file given" in verdicts["driver-too-old"]["text"]
@@ -235,3 +235,28 @@ def test_a_kept_verdict_names_the_model_directories_of_the_check_that_reads_it(t
     # a verdict kept without the directories it was made with is not reused
     (tmp_path / "server-args-old.json").write_text(json.dumps(report))
     assert _read_verdict(tmp_path, "old", now) is None
+
+
+def test_tritons_ptxas_asked_in_the_release_venv_decides_its_entry() -> None:
+    """The ServerArgs check's ptxas probe fills triton_ptxas_knows_arch where the host-facts file does
+    not say (preflight runs before the release's venv exists); a refusal names what ptxas said."""
+    said = "/v/triton/backends/nvidia/bin/ptxas (CUDA 12.8) --gpu-name=sm_121a, PTX 8.7: exit 255: ptxas fatal : Value 'sm_121a' ..."
+    probe = {
+        "deep_gemm_importable": False,
+        "deep_gemm_note": "ImportError: no deep_gemm",
+        "triton_ptxas_knows_arch": False,
+        "triton_ptxas_note": said,
+    }
+    typed = plan()
+    with pytest.raises(LaunchPlanError) as caught:
+        start_gate(typed, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, venv_probes=probe)
+    text = str(caught.value)
+    assert "refused: [triton-ptxas-lacks-gpu-arch]" in text
+    assert f"host triton_ptxas_knows_arch false (Triton's ptxas asked in the release's venv: {said})" in text
+    knows = {**probe, "triton_ptxas_knows_arch": True, "triton_ptxas_note": "assembled"}
+    gated = start_gate(typed, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12, venv_probes=knows)
+    verdicts = {v["id"]: v for v in gated.start_gate["verdicts"]}
+    assert verdicts["triton-ptxas-lacks-gpu-arch"]["verdict"] == "ok"
+    assert verdicts["deepgemm-on-sm120"]["verdict"] == "ok"  # both probes taken from one report
+    unasked = start_gate(typed, WHEEL_059, CATALOGUE, MODEL_DIRS, str(HOST_8X), 12)
+    assert {v["id"]: v["verdict"] for v in unasked.start_gate["verdicts"]}["triton-ptxas-lacks-gpu-arch"] == "unknown"

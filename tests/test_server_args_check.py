@@ -521,3 +521,60 @@ def test_0_5_23_takes_backends_sm120_cannot_run(report_0523: dict[str, Any]) -> 
     assert result(report_0523, "fa3")["resolved"]["attention_backend"] == "fa3"
     moe = result(report_0523, "moe-flashinfer-trtllm")
     assert moe["verdict"] == "ok" and moe["resolved"]["moe_runner_backend"] == "flashinfer_trtllm"
+
+
+# --- Triton's ptxas, asked in the release's venv (entry triton-ptxas-lacks-gpu-arch) ------------------
+
+
+def probe_ptxas(capability: str, env: dict[str, str]) -> dict[str, Any]:
+    """_probe_triton_ptxas run in the runtime's Python, on its real Triton (3.8.0 there)."""
+    major, minor = capability.split(".")
+    code = f"import json; from sglang_sm120.launch.server_args import _probe_triton_ptxas as p; print(json.dumps(p(({major}, {minor}))))"
+    out = subprocess.run(
+        [str(PYTHON), "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "module_utils"), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_runtime
+def test_the_check_asks_tritons_own_ptxas_for_the_faked_gpu(report: dict[str, Any]) -> None:
+    env = report["environment"]
+    assert env["triton_ptxas_knows_arch"] is True, env
+    assert "triton/backends/nvidia/bin/ptxas-blackwell (CUDA " in env["triton_ptxas_note"]  # Triton's pick for capability >= 10
+    assert env["triton_ptxas_note"].endswith(") --gpu-name=sm_120a, PTX 9.3: assembled"), env  # CUDA 13.3's ptxas: PTX ISA 9.3
+
+
+@needs_runtime
+def test_a_ptxas_that_lacks_the_target_is_named_with_its_own_words() -> None:
+    """Triton honours TRITON_PTXAS_BLACKWELL_PATH for capability 10 and up; its bundled CUDA 12.9
+    `ptxas` (not the blackwell one) does not know sm_110a: the probe reports what the first kernel
+    would meet. Then the same override on the RTX PRO 6000's 12.0: that ptxas knows sm_120a."""
+    triton_bin = next((RUNTIME / "venv" / "lib").glob("python3*/site-packages/triton/backends/nvidia/bin"))
+    plain = {"TRITON_PTXAS_BLACKWELL_PATH": str(triton_bin / "ptxas")}
+    thor = probe_ptxas("11.0", plain)
+    assert thor["triton_ptxas_knows_arch"] is False, thor
+    assert f"{triton_bin / 'ptxas'} (CUDA 12.9) --gpu-name=sm_110a" in thor["triton_ptxas_note"]
+    assert "Value 'sm_110a' is not defined for option 'gpu-name'" in thor["triton_ptxas_note"]
+    rtx = probe_ptxas("12.0", plain)
+    assert rtx["triton_ptxas_knows_arch"] is True and "(CUDA 12.9) --gpu-name=sm_120a" in rtx["triton_ptxas_note"], rtx
+
+
+def test_without_triton_the_ptxas_fact_stays_unknown(tmp_path: Path) -> None:
+    code = "import json; from sglang_sm120.launch.server_args import _probe_triton_ptxas as p; print(json.dumps(p((12, 0))))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],  # the toolkit's own venv: no Triton there
+        env={**os.environ, "PYTHONPATH": str(ROOT / "module_utils")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=tmp_path,
+    )
+    found = json.loads(out.stdout)
+    assert found["triton_ptxas_knows_arch"] is None
+    assert found["triton_ptxas_note"].startswith("Triton's ptxas could not be asked: ModuleNotFoundError: No module named 'triton'")

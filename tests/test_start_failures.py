@@ -267,6 +267,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(host=host_with(host8, cuda_cccl_headers=True)), "ok"),
             "outside": None,
         },
+        "triton-ptxas-lacks-gpu-arch": {
+            "hit": (dict(host=host_with(host8, triton_ptxas_knows_arch=False)), "refused"),
+            "miss": (dict(host=host_with(host8, triton_ptxas_knows_arch=True)), "ok"),
+            "outside": None,
+        },
         "draft-does-not-fit-target": {
             "hit": (dict(argv=EAGLE, model=model, draft=read_model_dir(MODELS / "llama-3.1-8b-eagle3")), "refused"),
             "miss": (dict(argv=EAGLE, model=model, draft=draft), "ok"),

@@ -244,7 +244,7 @@ def start_gate(
     reserve: Optional[Mapping[str, Any]] = None,
     aliases: Optional[Mapping[str, str]] = None,
     skipped: str = "",
-    deep_gemm: Optional[Mapping[str, Any]] = None,
+    venv_probes: Optional[Mapping[str, Any]] = None,
     outcome: str = "nothing changed",
 ) -> LaunchPlan:
     """The plan with the start gate applied (never cached: the model directories and the host's facts
@@ -254,9 +254,10 @@ def start_gate(
 
     ``resolved`` (canonical flag name -> value, by ``resolved_by``): the values SGLang's own ServerArgs
     resolved (verify_plan), which the entries read instead of the flags as typed; ``reserve``: its
-    own --mem-fraction-static for these flags without the operator's; ``deep_gemm``: whether
-    ``deep_gemm`` imports in the release's venv (server_args_check's probe), for a host-facts file
-    that does not say; ``outcome``: what a refusal left as it was, for its message."""
+    own --mem-fraction-static for these flags without the operator's; ``venv_probes``: what
+    server_args_check's probes saw in the release's venv (whether ``deep_gemm`` imports, whether
+    Triton's ptxas assembles for the GPUs: VENV_PROBES), for a host-facts file that does not say;
+    ``outcome``: what a refusal left as it was, for its message."""
     if not catalogue:
         return replace(plan, start_gate={"summary": f"not run: {skipped or 'no catalogue given'}", "counts": {}, "verdicts": []})
     try:
@@ -264,7 +265,7 @@ def start_gate(
     except start_failures.CatalogueError as exc:
         raise LaunchPlanError(f"start gate: {exc}") from exc
     flags, facts, host, notes = _gate_facts(plan, model_dirs, host_facts, aliases)
-    host = _with_deep_gemm(host, deep_gemm)
+    host = _with_venv_probes(host, venv_probes)
     capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
     acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
     ctx = start_failures.Context(
@@ -310,21 +311,29 @@ def start_gate(
 GATE_WARNING = "start gate "
 
 
-def _with_deep_gemm(host: Any, probe: Optional[Mapping[str, Any]]) -> Any:
-    """The host's facts with ``deep_gemm_importable`` from the release venv's import probe where
-    the file does not say (a host without a facts file gets one holding only that)."""
-    if not probe or probe.get("deep_gemm_importable") is None:
+# Facts only the release's venv can tell (server_args_check's probes), taken where the host-facts file does not say.
+VENV_PROBES = {
+    "deep_gemm_importable": ("deep_gemm_note", "import probe"),
+    "triton_ptxas_knows_arch": ("triton_ptxas_note", "Triton's ptxas asked"),
+}
+
+
+def _with_venv_probes(host: Any, probe: Optional[Mapping[str, Any]]) -> Any:
+    """The host's facts with each VENV_PROBES fact from the release venv's probes where the file does
+    not say (a host without a facts file gets one holding only those), and what the probe saw as the
+    fact's ``<fact>_from``."""
+    found = {fact: bool(probe[fact]) for fact in VENV_PROBES if probe and probe.get(fact) is not None}
+    if not found:
         return host
     if host is None:
         why = "no host-facts file given"
         host = start_failures.HostFacts(source="(no host-facts file)", gpus=[], unknown={fact: why for fact in start_failures.HOST_FACTS})
-    if host.deep_gemm_importable is not None:
+    taken = {fact: value for fact, value in found.items() if getattr(host, fact) is None}
+    if not taken:
         return host
-    return replace(
-        host,
-        deep_gemm_importable=bool(probe["deep_gemm_importable"]),
-        facts={**host.facts, "deep_gemm_importable_from": f"import probe in the release's venv: {probe.get('deep_gemm_note')}"},
-    )
+    seen = {f"{fact}_from": f"{VENV_PROBES[fact][1]} in the release's venv: {(probe or {}).get(VENV_PROBES[fact][0])}" for fact in taken}
+    unknown = {fact: why for fact, why in host.unknown.items() if fact not in taken}
+    return replace(host, **taken, unknown=unknown, facts={**host.facts, **seen})
 
 
 def _gate_facts(
@@ -461,7 +470,7 @@ def verify_plan(
         resolved_by=f"SGLang {sglang_version}'s ServerArgs {where}",
         reserve=result.get("sglang_reserve"),
         aliases=aliases,
-        deep_gemm=report.get("environment"),
+        venv_probes=report.get("environment"),
         outcome="nothing started (the release is made and kept, nothing switched to it)",
     )
 

@@ -578,6 +578,8 @@ class Checker:
             # What SGLang's DeepGEMM switch asks of this environment (0.5.9
             # layers/deep_gemm_wrapper/configurer.py: `import deep_gemm`, ImportError = absent).
             self.deep_gemm = _probe_deep_gemm()
+        self._ptxas: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.last_ptxas: dict[str, Any] = {}
         self.import_seconds = round(time.monotonic() - started, 2)
         self.torch = torch
         self.sa = server_args_module
@@ -615,6 +617,19 @@ class Checker:
         self._bound[name] = replacement
 
     # -- device --------------------------------------------------------------------------------
+    def _probe_ptxas(self, capability: tuple[int, int]) -> None:
+        """Triton's ptxas asked for this capability, with the check's environment (the unit's
+        TRITON_PTXAS_* when it sets them); once per capability and setting."""
+        key = (capability, os.environ.get("TRITON_PTXAS_PATH"), os.environ.get("TRITON_PTXAS_BLACKWELL_PATH"))
+        if key not in self._ptxas:
+            self._ptxas[key] = _probe_triton_ptxas(capability)
+        self.last_ptxas = self._ptxas[key]
+
+    def environment(self) -> dict[str, Any]:
+        """What the release's venv says about this host beyond SGLang's verdict: deep_gemm's import
+        and, for the last check's device, Triton's ptxas."""
+        return {**self.deep_gemm, **self.last_ptxas}
+
     def _use_device(self, device: Device) -> None:
         self.fake.use(device)
         self._memory_mib = float(device.memory_mib)
@@ -737,6 +752,7 @@ class Checker:
         saved_env = dict(os.environ)
         os.environ.update(request.env)
         env_before = dict(os.environ)
+        self._probe_ptxas(request.device.capability)
         capture = _LogCapture()
         sglang_logger = logging.getLogger("sglang")
         old_level = sglang_logger.level
@@ -1045,6 +1061,44 @@ def _probe_deep_gemm() -> dict[str, Any]:
     return {"deep_gemm_importable": True, "deep_gemm_note": "import deep_gemm succeeded"}
 
 
+PTX_PROBE = ".version {major}.{minor}\n.target {target}\n.address_size 64\n\n.visible .entry probe()\n{{\n\tret;\n}}\n"
+
+
+def _probe_triton_ptxas(capability: tuple[int, int]) -> dict[str, Any]:
+    """Whether the ptxas Triton calls for a GPU of this capability assembles for it, asked as Triton
+    asks (its backends/nvidia/compiler.py): ``get_ptxas(arch)`` picks the tool (from Triton 3.6 the
+    bundled ptxas-blackwell for capability 10 and up, the bundled ptxas below; TRITON_PTXAS_BLACKWELL_PATH
+    / TRITON_PTXAS_PATH when they name a working ptxas), ``sm_arch_from_capability`` the target (sm_120a
+    on 12.0), ``ptx_get_version`` the PTX version it writes for that ptxas. A one-instruction kernel is
+    assembled with ``--gpu-name`` as Triton passes it: ``triton_ptxas_knows_arch`` true, false (the
+    ptxas refused it, as the first Triton kernel of the server would be), or None (no Triton here, or
+    the probe could not run: unknown)."""
+    arch = capability[0] * 10 + capability[1]
+    try:
+        compiler = importlib.import_module("triton.backends.nvidia.compiler")
+        try:
+            tool = compiler.get_ptxas(arch)
+        except TypeError:  # a Triton with one ptxas for every GPU: get_ptxas()
+            tool = compiler.get_ptxas()
+        target = compiler.sm_arch_from_capability(arch)
+        ptx = int(compiler.ptx_get_version(tool.version))
+    except Exception as exc:  # reported, never raised: the check goes on
+        return {"triton_ptxas_knows_arch": None, "triton_ptxas_note": f"Triton's ptxas could not be asked: {_type_name(exc)}: {exc}"}
+    with tempfile.TemporaryDirectory(prefix="triton-ptxas-probe-") as tmp:
+        source = Path(tmp) / "probe.ptx"
+        source.write_text(PTX_PROBE.format(major=ptx // 10, minor=ptx % 10, target=target), encoding="utf-8")
+        argv = [tool.path, f"--gpu-name={target}", str(source), "-o", str(Path(tmp) / "probe.cubin")]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {"triton_ptxas_knows_arch": None, "triton_ptxas_note": f"{tool.path} could not run: {exc}"}
+    said = (done.stderr or done.stdout).strip().splitlines()
+    what = f"{tool.path} (CUDA {tool.version}) --gpu-name={target}, PTX {ptx // 10}.{ptx % 10}"
+    if done.returncode == 0:
+        return {"triton_ptxas_knows_arch": True, "triton_ptxas_note": f"{what}: assembled"}
+    return {"triton_ptxas_knows_arch": False, "triton_ptxas_note": f"{what}: exit {done.returncode}: {said[0] if said else 'no output'}"}
+
+
 def _import_resolution_modules() -> None:
     for name in RESOLUTION_MODULES:
         try:
@@ -1114,7 +1168,7 @@ def _report(checker: Checker, results: Optional[list[dict[str, Any]]]) -> dict[s
         "python": sys.executable,
         "import_seconds": checker.import_seconds,
         "field_flags": checker.parser_dest_flags,
-        "environment": checker.deep_gemm,
+        "environment": checker.environment(),
         "results": results,
     }
 

@@ -91,6 +91,7 @@ HOST_FACTS = (
     "driver_version",
     "nvidia_kernel_module",
     "deep_gemm_importable",
+    "triton_ptxas_knows_arch",
     "iommu_mode",
     "acs_redirect",
     "nvcc_version",
@@ -110,7 +111,7 @@ CONDITIONS = {
 CHECKS = ("memory", "memory_reserve", "draft_fits")
 # Keys of a host-facts file: the preflight module's result (library/sglang_preflight.py: gpus and
 # the facts of module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
-# facts only a later gatherer provides (deep_gemm_importable).
+# facts only a later gatherer provides (deep_gemm_importable, triton_ptxas_knows_arch: the release venv's probes).
 HOST_FACT_KEYS = {
     "gpus",
     "memory_gib",
@@ -514,6 +515,7 @@ class HostFacts:
     p2p_supported: Optional[bool] = None  # the driver reports every GPU pair's peer-to-peer reads OK
     nvidia_kernel_module: Optional[str] = None
     deep_gemm_importable: Optional[bool] = None
+    triton_ptxas_knows_arch: Optional[bool] = None  # the ptxas Triton calls for these GPUs assembles for them
     iommu_mode: Optional[str] = None  # off / passthrough / translated
     acs_redirect: Optional[bool] = None
     nvcc_version: Optional[str] = None  # "13.0"
@@ -565,8 +567,9 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
             raise FactsError(f"{source}: gpus[{number}].compute_cap should look like '12.0', found {gpu['compute_cap']!r}")
         if not re.fullmatch(r"\d+(\.\d+)*", gpu["driver_version"]):
             raise FactsError(f"{source}: gpus[{number}].driver_version should look like '580.82.07', found {gpu['driver_version']!r}")
-    if data.get("deep_gemm_importable") is not None and not isinstance(data["deep_gemm_importable"], bool):
-        raise FactsError(f"{source}: deep_gemm_importable must be true, false or null, found {data['deep_gemm_importable']!r}")
+    for probed in ("deep_gemm_importable", "triton_ptxas_knows_arch"):
+        if data.get(probed) is not None and not isinstance(data[probed], bool):
+            raise FactsError(f"{source}: {probed} must be true, false or null, found {data[probed]!r}")
     problems = check_facts(data)
     if problems:
         raise FactsError(f"{source}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -579,6 +582,7 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         p2p_supported=data.get("p2p_supported"),
         nvidia_kernel_module=data.get("nvidia_kernel_module"),
         deep_gemm_importable=data.get("deep_gemm_importable"),
+        triton_ptxas_knows_arch=data.get("triton_ptxas_knows_arch"),
         iommu_mode=data.get("iommu_mode"),
         acs_redirect=data.get("acs_redirect"),
         nvcc_version=data.get("nvcc_version"),
@@ -903,7 +907,7 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
         bridges = ctx.host.facts.get("acs_redirect_bridges") if fact == "acs_redirect" else None
         if value and bridges:
             text += f" (bridges {', '.join(b.split()[0] for b in bridges)})"
-        probe = ctx.host.facts.get("deep_gemm_importable_from") if fact == "deep_gemm_importable" else None
+        probe = ctx.host.facts.get(f"{fact}_from")  # a fact the release venv's probe gave, and what it saw
         if probe:
             text += f" ({probe})"
         return bool(value) == cond["is"], text
