@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -265,6 +266,16 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
         "jit-cuda-headers-missing": {
             "hit": (dict(host=host_with(host8, cuda_cccl_headers=False)), "refused"),
             "miss": (dict(host=host_with(host8, cuda_cccl_headers=True)), "ok"),
+            "outside": None,
+        },
+        "glibc-c23-math-vs-cuda-12-headers": {
+            "hit": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="12.9")), "refused"),
+            "miss": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="13.0")), "ok"),
+            "outside": None,
+        },
+        "glibc-rsqrt-vs-cuda-13-0-headers": {
+            "hit": (dict(host=host_with(host8, glibc_version="2.42", nvcc_version="13.0")), "warning"),
+            "miss": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="13.0")), "ok"),
             "outside": None,
         },
         "triton-ptxas-lacks-gpu-arch": {
@@ -826,3 +837,16 @@ def test_a_draft_told_unquant_is_not_taken_for_one_left_to_inherit(aliases: dict
     left = {"quantization": "modelopt_fp4", "speculative-draft-model-quantization": "modelopt_fp4"}
     inherits = evaluate_entry(entry, context(aliases, ["--quantization", "modelopt_fp4", *EAGLE], draft=draft, resolved=left))
     assert inherits.verdict == "refused" and "--speculative-draft-model-quantization modelopt_fp4" in inherits.text(), inherits.text()
+
+
+def test_the_glibc_entries_read_cuda_13_0_1s_own_math_header(cuda_home: Path) -> None:
+    """What the two glibc entries claim of the toolkit the roles install (NVIDIA's own CUDA 13.0.1
+    headers): its math_functions.h leaves sinpi and cospi to glibc 2.41's C23 declarations (their
+    exception specification follows a guard on glibc), but declares rsqrt(double) with none, which glibc
+    2.42 declares with one."""
+    lines = (cuda_home / "include" / "crt" / "math_functions.h").read_text().splitlines()
+    assert "#    define __NV_GLIBC_PROVIDES_IEC_60559_FUNCS 1" in lines
+    sinpi = [line for line in lines if re.search(r"\bdouble\s+sinpi\(double x\)", line)]
+    assert len(sinpi) == 1 and sinpi[0].rstrip().endswith("sinpi(double x) __NV_IEC_60559_FUNCS_EXCEPTION_SPECIFIER;"), sinpi
+    rsqrt = [line for line in lines if re.search(r"\bdouble\s+rsqrt\(double x\)", line)]
+    assert len(rsqrt) == 1 and rsqrt[0].rstrip().endswith("rsqrt(double x);"), rsqrt

@@ -95,6 +95,7 @@ HOST_FACTS = (
     "iommu_mode",
     "acs_redirect",
     "nvcc_version",
+    "glibc_version",
     "jit_tools_missing",
     "cuda_cccl_headers",
     "python_headers",
@@ -105,7 +106,7 @@ CONDITIONS = {
     "capability_major": (),
     "model": ("is", "in"),
     "draft": ("is", "in"),
-    "host": ("is", "in", "lt"),
+    "host": ("is", "in", "lt", "ge"),
     "check": (),
 }
 CHECKS = ("memory", "memory_reserve", "draft_fits")
@@ -218,8 +219,9 @@ def _check_condition(where: str, index: int, cond: Any) -> None:
             raise CatalogueError(f"{at}: is must be true or false, found {cond['is']!r}")
         if "in" in cond and not (isinstance(cond["in"], list) and cond["in"]):
             raise CatalogueError(f"{at}: in must be a non-empty list, found {cond['in']!r}")
-        if "lt" in cond and not (isinstance(cond["lt"], str) and re.fullmatch(r"\d+(\.\d+)*", cond["lt"])):
-            raise CatalogueError(f"{at}: lt must be a quoted dotted version such as '575.57.08', found {cond['lt']!r}")
+        for op in ("lt", "ge"):
+            if op in cond and not (isinstance(cond[op], str) and re.fullmatch(r"\d+(\.\d+)*", cond[op])):
+                raise CatalogueError(f"{at}: {op} must be a quoted dotted version such as '575.57.08', found {cond[op]!r}")
     elif kind == "check" and value not in CHECKS:
         raise CatalogueError(f"{at}: check must be one of {', '.join(CHECKS)}, found {value!r}")
 
@@ -519,6 +521,7 @@ class HostFacts:
     iommu_mode: Optional[str] = None  # off / passthrough / translated
     acs_redirect: Optional[bool] = None
     nvcc_version: Optional[str] = None  # "13.0"
+    glibc_version: Optional[str] = None  # "2.41"
     jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc, c++
     cuda_cccl_headers: Optional[bool] = None
     python_headers: Optional[bool] = None
@@ -586,6 +589,7 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         iommu_mode=data.get("iommu_mode"),
         acs_redirect=data.get("acs_redirect"),
         nvcc_version=data.get("nvcc_version"),
+        glibc_version=data.get("glibc_version"),
         jit_tools_missing=data.get("jit_tools_missing"),
         cuda_cccl_headers=data.get("cuda_cccl_headers"),
         python_headers=data.get("python_headers"),
@@ -893,9 +897,11 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
         else:
             why = "the GPUs report different drivers or none" if fact == "driver_version" else "not in the file"
         return None, f"host {fact} unknown ({why}: {ctx.host.source})"
-    if "lt" in cond:
+    if "lt" in cond or "ge" in cond:
         parts = tuple(int(p) for p in str(value).split("."))
         name = "driver" if fact == "driver_version" else f"host {fact}"
+        if "ge" in cond:
+            return parts >= tuple(int(p) for p in cond["ge"].split(".")), f"{name} {value} ({cond['ge']} or newer matches)"
         return parts < tuple(int(p) for p in cond["lt"].split(".")), f"{name} {value} (needs {cond['lt']} or newer)"
     if isinstance(value, list):  # jit_tools_missing: `in` matches any of them, `is: true` any at all
         text = f"host {fact}: {', '.join(value) or 'none'}"
