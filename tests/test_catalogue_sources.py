@@ -372,8 +372,29 @@ def triton_mla_decode_two_stages(version: str) -> bool:
     return "num_stages = 2" in body and not re.search(r"sm_?12|is_sm120|get_device_capability", body)
 
 
+def jit_activation_decltype_of_member_template(version: str) -> bool:
+    """Affected: on CUDA SGLang's SiluAndMul is its JIT activation kernel (srt/layers/activation.py
+    imports sglang.jit_kernel.activation), and its activation.cuh returns a trailing
+    decltype(activation_kernel<...>) of a member variable template, which GCC 12 rejects as nvcc's host
+    compiler (reproduced with nvcc 13.0.88: 0.5.11 and 0.5.12.post1 fail with g++ 12.2, 0.5.13 and
+    0.5.16 compile; all four compile with g++ 14.2). Releases before 0.5.11 use sgl_kernel's
+    prebuilt silu_and_mul; from 0.5.17 the kernel lives under kernels/jit."""
+    root = CACHE / "sglang" / version / "sglang"
+    if not root.is_dir():
+        pytest.fail(f"no unpacked SGLang {version} under {CACHE / 'sglang'}: run `make sglang-wheels` first")
+    found = [root / f"{base}/csrc/elementwise/activation.cuh" for base in ("jit_kernel", "kernels/jit")]
+    cuh = [f for f in found if f.is_file()]
+    uses_jit = "sglang.jit_kernel.activation import" in source(version, "srt/layers/activation.py")
+    if uses_jit and not cuh:
+        raise ProbeError(
+            f"SGLang {version}: srt/layers/activation.py imports the JIT activation but no activation.cuh is where the probe reads"
+        )
+    return uses_jit and bool(cuh) and re.search(r"->\s*decltype\(activation_kernel<", cuh[0].read_text(encoding="utf-8")) is not None
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
+    "sglang-jit-activation-vs-gcc-12": jit_activation_decltype_of_member_template,
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
     "nvfp4-moe-runner-auto-is-trtllm-on-sm120": nvfp4_moe_auto_is_trtllm,
     "deepgemm-on-sm120": deepgemm_on_for_sm120,

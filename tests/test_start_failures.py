@@ -268,6 +268,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(host=host_with(host8, cuda_cccl_headers=True)), "ok"),
             "outside": None,
         },
+        "sglang-jit-activation-vs-gcc-12": {
+            "hit": (dict(host=host_with(host8, gcc_version="12.2.0"), version="0.5.12"), "refused"),
+            "miss": (dict(host=host_with(host8, gcc_version="14.2.0"), version="0.5.12"), "ok"),
+            "outside": dict(host=host_with(host8, gcc_version="12.2.0"), version="0.5.13"),
+        },
         "glibc-c23-math-vs-cuda-12-headers": {
             "hit": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="12.9")), "refused"),
             "miss": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="13.0")), "ok"),

@@ -96,6 +96,7 @@ HOST_FACTS = (
     "acs_redirect",
     "nvcc_version",
     "glibc_version",
+    "gcc_version",
     "jit_tools_missing",
     "cuda_cccl_headers",
     "python_headers",
@@ -522,6 +523,7 @@ class HostFacts:
     acs_redirect: Optional[bool] = None
     nvcc_version: Optional[str] = None  # "13.0"
     glibc_version: Optional[str] = None  # "2.41"
+    gcc_version: Optional[str] = None  # "12.2.0": nvcc's host compiler (gcc on PATH)
     jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc, c++
     cuda_cccl_headers: Optional[bool] = None
     python_headers: Optional[bool] = None
@@ -590,6 +592,7 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         acs_redirect=data.get("acs_redirect"),
         nvcc_version=data.get("nvcc_version"),
         glibc_version=data.get("glibc_version"),
+        gcc_version=data.get("gcc_version"),
         jit_tools_missing=data.get("jit_tools_missing"),
         cuda_cccl_headers=data.get("cuda_cccl_headers"),
         python_headers=data.get("python_headers"),
