@@ -392,9 +392,22 @@ def jit_activation_decltype_of_member_template(version: str) -> bool:
     return uses_jit and bool(cuh) and re.search(r"->\s*decltype\(activation_kernel<", cuh[0].read_text(encoding="utf-8")) is not None
 
 
+def activation_is_jit_on_cuda(version: str) -> bool:
+    """Affected: srt/layers/activation.py takes silu_and_mul on CUDA from SGLang's own JIT kernels
+    (sglang.jit_kernel.activation, from 0.5.17 sglang.kernels.ops.activation.activation), built with
+    nvcc and the host compiler at the first forward; before, from sgl_kernel's prebuilt library."""
+    text = source(version, "srt/layers/activation.py")
+    cuda = re.split(r"\nif _is_cuda(?: or _is_xpu)?:", text, maxsplit=1)  # 0.5.9-0.5.10: `if _is_cuda or _is_xpu:`
+    if len(cuda) != 2:
+        raise ProbeError(f"SGLang {version}: srt/layers/activation.py has no `if _is_cuda:` import branch")
+    branch = cuda[1].split("\nelif ", 1)[0]
+    return bool(re.search(r"from sglang\.(jit_kernel\.activation|kernels\.ops\.activation\.activation) import", branch))
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "sglang-jit-activation-vs-gcc-12": jit_activation_decltype_of_member_template,
+    "sglang-jit-toolchain-missing": activation_is_jit_on_cuda,
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,
     "nvfp4-moe-runner-auto-is-trtllm-on-sm120": nvfp4_moe_auto_is_trtllm,
     "deepgemm-on-sm120": deepgemm_on_for_sm120,

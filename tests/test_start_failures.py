@@ -263,6 +263,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(host=host_with(host8, jit_tools_missing=[])), "ok"),
             "outside": None,
         },
+        "sglang-jit-toolchain-missing": {
+            "hit": (dict(host=host_with(host8, jit_tools_missing=["nvcc"]), version="0.5.11"), "refused"),
+            "miss": (dict(host=host_with(host8, jit_tools_missing=["ninja"]), version="0.5.23"), "ok"),  # the venv brings ninja
+            "outside": dict(host=host_with(host8, jit_tools_missing=["c++"]), version="0.5.10"),
+        },
         "jit-cuda-headers-missing": {
             "hit": (dict(host=host_with(host8, cuda_cccl_headers=False)), "refused"),
             "miss": (dict(host=host_with(host8, cuda_cccl_headers=True)), "ok"),
