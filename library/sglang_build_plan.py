@@ -10,8 +10,10 @@ description:
   - Thin wrapper around module_utils/sglang_sm120/build/pipeline.py. Every spec is checked before anything is
     built; an unknown field or a missing source fails naming the artifact.
   - A key is the sha256 of the artifact's inputs (including the content of controller-side
-    sources) and of the keys of what it depends on. Run it on the controller
-    (C(delegate_to=localhost)), where C(path) and C(wheelhouse) sources live. Changes nothing.
+    sources) and of the keys of what it depends on. It runs on the controller, where C(path) and
+    C(wheelhouse) sources live. The toolkit's action plugin (plugins/action/sglang_build_plan.py) runs
+    the same step in the controller's own process; without it, delegate the module to localhost.
+    Changes nothing.
 options:
   specs:
     description: The build specs (see the role sglang_build).
@@ -67,17 +69,13 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_sm120.build.pipeline import plan
+from ansible.module_utils.sglang_sm120.build.plan_step import ARGUMENT_SPEC, plan_step
 from ansible.module_utils.sglang_sm120.errors import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(specs=dict(type="list", elements="raw", required=True), context=dict(type="dict", required=True)),
-        supports_check_mode=True,
-    )
-    p = module.params
-    run_module(module, lambda: dict(changed=False, plan=[planned.to_dict() for planned in plan(p["specs"], p["context"])]))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(module, lambda: plan_step(module.params))
 
 
 if __name__ == "__main__":

@@ -67,12 +67,27 @@ options:
       group:
         description: Group by name.
         type: str
+  links:
+    description: Symbolic links that must point to a target, made after the files (whatever else is at the path, except a directory,
+      is replaced; the target need not exist yet).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the link.
+        type: path
+        required: true
+      target:
+        description: What the link points to, written as given.
+        type: str
+        required: true
 attributes:
   check_mode:
     description: Reports what would change and writes nothing.
     support: full
   diff_mode:
-    description: One before/after entry per file whose content changes (or that is removed).
+    description: One before/after entry per file whose content changes (or that is removed), and per link that changes.
     support: full
 extends_documentation_fragment:
   - sglang_sm120
@@ -99,7 +114,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed_paths:
-  description: The files and directories that changed (or would, in check mode).
+  description: The files, directories and links that changed (or would, in check mode).
   type: list
   elements: str
   returned: success
@@ -110,7 +125,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import ToolkitError, run_module
-from ansible.module_utils.sglang_sm120.files import DirSpec, FileSpec, ensure_file_set, parse_mode
+from ansible.module_utils.sglang_sm120.files import DirSpec, FileSpec, LinkSpec, ensure_file_set, parse_mode
 
 _OWNED = dict(path=dict(type="path", required=True), owner=dict(type="str"), group=dict(type="str"))
 
@@ -128,6 +143,12 @@ ARGUMENT_SPEC = dict(
         ),
     ),
     directories=dict(type="list", elements="dict", default=[], options=dict(_OWNED, mode=dict(type="str", default="0755"))),
+    links=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(path=dict(type="path", required=True), target=dict(type="str", required=True)),
+    ),
 )
 
 
@@ -147,7 +168,8 @@ def write_files(module: AnsibleModule) -> dict:
         DirSpec(Path(item["path"]), parse_mode(item["mode"], item["path"]), item["owner"], item["group"])
         for item in module.params["directories"]
     ]
-    outcome = ensure_file_set(files, directories, check_mode=module.check_mode)
+    links = [LinkSpec(Path(item["path"]), item["target"]) for item in module.params["links"]]
+    outcome = ensure_file_set(files, directories, check_mode=module.check_mode, links=links)
     result: dict = dict(changed=outcome.changed, changed_paths=outcome.changed_paths)
     if module._diff and outcome.diff:
         result["diff"] = outcome.diff

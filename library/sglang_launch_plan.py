@@ -27,6 +27,12 @@ options:
     description: The sglang package directory, the directory holding it, or a wheel.
     type: path
     required: true
+  sglang_sha256:
+    description:
+      - The sha256 of the wheel O(sglang) must be. When the file is missing or holds other bytes, nothing is planned
+        and RV(wheel_missing) is true (the caller copies the wheel there and calls again), so a converge whose
+        wheel is on the host already plans without copying it.
+    type: str
   profiles:
     description: Launch profiles, name -> (canonical flag name without -- -> value).
     type: dict
@@ -143,6 +149,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+wheel_missing:
+  description: Whether O(sglang) is not the wheel of O(sglang_sha256) (nothing was planned then; RV(plan) is empty).
+  type: bool
+  returned: success
+  sample: false
 service_access:
   description:
     - What O(service_user) was checked for - C(user), C(checked) (the model paths), C(notes) (objects not judged, e.g. with
@@ -223,6 +234,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
+from ansible.module_utils.sglang_sm120.files import file_sha256
 from ansible.module_utils.sglang_sm120.launch.plan import make_plan, manifest_digest, planned_patches, service_access, write_model_files
 
 # The options make_plan takes under the same name, as given; the others are read or renamed in launch_plan().
@@ -246,6 +258,7 @@ PASSED_AS_IS = (
 
 ARGUMENT_SPEC = dict(
     sglang=dict(type="path", required=True),
+    sglang_sha256=dict(type="str"),
     profiles=dict(type="dict", required=True),
     profile=dict(type="str", required=True),
     host=dict(type="str", required=True),
@@ -276,6 +289,8 @@ def main() -> None:
 
 
 def launch_plan(p: dict, check_mode: bool) -> dict:
+    if p["sglang_sha256"] and not _holds(p["sglang"], p["sglang_sha256"]):
+        return dict(changed=False, wheel_missing=True, plan={}, service_access={})
     with tempfile.TemporaryDirectory(prefix="sglang-model-configs-") as scratch:
         model_dirs = write_model_files(scratch, p["model_files"])
         patches = p["patches"] if p["patches"] is not None else planned_patches(p["manifest"], p["patches_only"])
@@ -289,7 +304,20 @@ def launch_plan(p: dict, check_mode: bool) -> dict:
             **{name: p[name] for name in PASSED_AS_IS},
         )
         access = service_access(plan, model_dirs, p["service_user"]) if p["service_user"] else {}
-        return dict(changed=False, plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])}, service_access=access)
+        return dict(
+            changed=False,
+            wheel_missing=False,
+            plan={**plan.to_dict(), "manifest_sha256": manifest_digest(p["manifest"])},
+            service_access=access,
+        )
+
+
+def _holds(path: str, sha256: str) -> bool:
+    """Whether ``path`` is a file holding exactly the bytes of ``sha256``."""
+    try:
+        return file_sha256(path) == sha256.lower()
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ module: sglang_patch_render
 short_description: Render the SGLang patch templates for sglang_patch
 description:
   - Renders the selected C(files/patches/*.diff.j2) with their variables, strictly (an undefined
-    variable fails). Meant to run on the controller (delegated to localhost), whose Python has
-    jinja2, so the GPU host needs none. Changes nothing.
+    variable fails). Runs on the controller, whose Python has jinja2, so the GPU host needs none.
+    The toolkit's action plugin (plugins/action/sglang_patch_render.py) runs the same step in the
+    controller's own process; without it, delegate the module to localhost. Changes nothing.
   - With O(pristine), applies each rendered diff in memory to the target's pristine bytes and runs
     pyflakes on the result and on the pristine file (module_utils/sglang_sm120/patches/lint.py); fails, naming the
     patch, the file and the line, when the patch adds a message such as an undefined name. Needs
@@ -73,30 +74,12 @@ linted:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_sm120.errors import run_module
-from ansible.module_utils.sglang_sm120.patches.engine import pristine_originals, prove_rendered, render_selected
-from ansible.module_utils.sglang_sm120.patches.manifest import load_manifest
-
-ARGUMENT_SPEC = dict(
-    manifest=dict(type="dict", required=True),
-    template_dir=dict(type="path", required=True),
-    only=dict(type="list", elements="str"),
-    values=dict(type="dict", default={}),
-    pristine=dict(type="dict"),
-)
+from ansible.module_utils.sglang_sm120.patches.render import ARGUMENT_SPEC, render
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, lambda: render(module.params))
-
-
-def render(p: dict) -> dict:
-    linted = []
-    rendered = render_selected(load_manifest(p["manifest"], p["template_dir"]), p["only"], p["values"])
-    if p["pristine"]:
-        originals = pristine_originals(p["pristine"])
-        linted = prove_rendered(load_manifest(p["manifest"], rendered=rendered), originals, p["only"], p["values"])
-    return dict(changed=False, rendered=rendered, linted=linted)
 
 
 if __name__ == "__main__":

@@ -117,3 +117,40 @@ def test_check_mode_takes_an_owner_not_created_yet_as_a_change(tmp_path):
     keys.chmod(0o640)
     would = ensure_file_set([FileSpec(keys, b"api-key: x\n", 0o640, "root", "no-such-group")], check_mode=True)
     assert would.changed_paths == [str(keys)] and keys.read_text() == "api-key: x\n"
+
+
+def test_a_link_is_made_replaced_and_left_alone(tmp_path):
+    from sglang_sm120.files import LinkSpec
+
+    unit = tmp_path / "etc" / "sglang.service"
+    link = LinkSpec(unit, "/opt/sglang/current/sglang.service")  # the target need not exist
+    would = ensure_file_set([], check_mode=True, links=[link])
+    assert would.changed_paths == [str(unit)] and not os.path.lexists(unit)
+    assert would.diff[0]["after"] == "symbolic link to /opt/sglang/current/sglang.service\n"
+    assert ensure_file_set([], links=[link]).changed_paths == [str(unit)]
+    assert os.readlink(unit) == "/opt/sglang/current/sglang.service"
+    assert not ensure_file_set([], links=[link]).changed
+    os.unlink(unit)
+    os.symlink("/elsewhere", unit)
+    moved = ensure_file_set([], links=[link])
+    assert moved.diff[0]["before"] == "symbolic link to /elsewhere\n" and os.readlink(unit) == link.target
+    os.unlink(unit)
+    unit.write_text("[Unit]\n")  # a plain file where the link belongs is replaced
+    assert ensure_file_set([], links=[link]).changed and os.readlink(unit) == link.target
+    assert sorted(os.listdir(unit.parent)) == ["sglang.service"]  # no temporary link left beside it
+
+
+def test_a_directory_where_a_link_belongs_is_refused(tmp_path):
+    from sglang_sm120.files import LinkSpec
+
+    (tmp_path / "unit").mkdir()
+    with pytest.raises(ToolkitError, match=r"unit: expected a symbolic link to /x, found a directory"):
+        ensure_file_set([], links=[LinkSpec(tmp_path / "unit", "/x")])
+
+
+def test_the_module_makes_links_after_the_files(tmp_path):
+    unit, link = tmp_path / "rel" / "sglang.service", tmp_path / "systemd" / "sglang.service"
+    args = {"files": [{"path": str(unit), "content": "[Service]\n"}], "links": [{"path": str(link), "target": str(unit)}]}
+    first = run_module("sglang_files", args, flags=("--diff",))
+    assert first["changed_paths"] == [str(unit), str(link)] and link.read_text() == "[Service]\n"
+    assert run_module("sglang_files", args)["changed"] is False

@@ -113,7 +113,7 @@ def test_the_plan_is_computed_in_one_place_only() -> None:
     callers = []
     for path in sorted([*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("playbooks/*.yml")]):
         text = path.read_text()
-        if re.search(r"^\s*(sglang_launch_plan|sglang_flags):\s*$", text, re.M):
+        if re.search(r"^\s*(sglang_launch_plan|sglang_flags):\s*([&*]\w+\s*)?$", text, re.M):
             callers.append(str(path.relative_to(ROOT)))
     assert callers == ["roles/sglang_launch/tasks/main.yml"]
     assert not (ROOT / "library" / "sglang_flags.py").exists()
@@ -246,3 +246,27 @@ def test_the_module_reads_config_files_given_for_a_model_the_host_does_not_hold(
     refused = run_module("sglang_launch_plan", {**args, "extra_flags": {"kv-cache-dtype": None}})
     assert refused.get("failed") and "refused: [fp8-kv-from-checkpoint]" in refused["msg"]
     assert "config.json: quantization_config.kv_cache_scheme (float, 8 bits)" in refused["msg"]
+
+
+def test_the_module_plans_only_against_the_wheel_of_the_digest_it_is_given(tmp_path) -> None:
+    """sglang_sha256: a host that holds exactly that wheel plans at once (no copy on a converge that
+    changes nothing); a missing or other wheel plans nothing and says wheel_missing (the role copies it)."""
+    import hashlib
+    import shutil
+
+    from test_modules import run_module
+
+    wheel = tmp_path / WHEEL_059.name
+    digest = hashlib.sha256(WHEEL_059.read_bytes()).hexdigest()
+    args = module_args(MODEL_DIRS, sglang=str(wheel), sglang_sha256=digest)
+    missing = run_module("sglang_launch_plan", args)
+    assert not missing.get("failed") and missing["wheel_missing"] is True and missing["plan"] == {}
+    wheel.write_bytes(b"PK other bytes")
+    assert run_module("sglang_launch_plan", args)["wheel_missing"] is True
+    shutil.copy(WHEEL_059, wheel)
+    planned = run_module("sglang_launch_plan", args)
+    assert not planned.get("failed"), planned.get("msg")
+    assert planned["wheel_missing"] is False and planned["plan"]["sglang_version"] == "0.5.9"
+    tasks = yaml.safe_load((ROOT / "roles/sglang_launch/tasks/main.yml").read_text())
+    copy = next(t for t in tasks if "ansible.builtin.copy" in t)
+    assert copy["when"] == "sglang_launch_planned_here.wheel_missing | default(false)"

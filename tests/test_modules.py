@@ -433,3 +433,30 @@ def test_audit_module_records_a_passed_audit_and_audits_again_when_sglang_change
     assert run_module("sglang_patch", patch_args(sglang, state="absent"))["changed"] is True
     reverted = run_module("sglang_audit", args)
     assert reverted["failed"] and reverted["cached"] is False, "the reverted package is audited again and fails"
+
+
+def test_the_controller_steps_run_in_process_and_as_modules_alike(tmp_path):
+    """plugins/action runs sglang_patch_render and sglang_build_plan in the controller's own process (no
+    module run: no invocation echoed back); without the action plugins the modules in library/ run. Both
+    validate the same options and give the same results and the same failures."""
+    from test_build_pipeline import CONTEXT, probe
+
+    as_module = {"ANSIBLE_ACTION_PLUGINS": str(tmp_path / "no-action-plugins")}
+    args = patch_args(sglang_tree(tmp_path))
+    render_args = {"manifest": args["manifest"], "template_dir": args["template_dir"]}
+    plan_args = {"specs": [probe("torch"), probe("sgl_kernel", ("torch",))], "context": CONTEXT}
+    for module, good, bad, message in (
+        ("sglang_patch_render", render_args, {**render_args, "only": ["no_such_patch"]}, "no_such_patch"),
+        ("sglang_build_plan", plan_args, {**plan_args, "specs": [probe("x", ("y",))]}, "build spec 'x': depends_on 'y'"),
+    ):
+        here, there = run_module(module, good), run_module(module, good, env_extra=as_module)
+        assert "invocation" not in here and "invocation" in there, module
+        assert not here.get("failed") and not there.get("failed"), (here.get("msg"), there.get("msg"))
+        assert {k: v for k, v in there.items() if k != "invocation"} == here
+        failed_here, failed_there = run_module(module, bad), run_module(module, bad, env_extra=as_module)
+        assert failed_here["failed"] and failed_there["failed"] and message in failed_here["msg"]
+        assert failed_here["msg"] == failed_there["msg"]
+        wrong = run_module(module, {**good, "no_such_option": 1})
+        assert wrong["failed"] and "no_such_option" in wrong["msg"], wrong
+    keys = [p["key"] for p in run_module("sglang_build_plan", plan_args)["plan"]]
+    assert len(set(keys)) == 2 and all(len(k) == 64 for k in keys)

@@ -1,7 +1,7 @@
 """Small file helpers: the sha256 of bytes, an atomic write (temp file, fsync, os.replace), a
 write only when the content differs, an exclusive lock of a directory, and a set of files and
-directories made to hold exactly their content, mode and owner in one pass (``ensure_file_set``:
-what ``sglang_files`` does in one module run where a template task costs two).
+directories (and symbolic links) made to hold exactly their content, mode and owner in one pass
+(``ensure_file_set``: what ``sglang_files`` does in one module run where a template task costs two).
 
 Standard library only.
 """
@@ -26,6 +26,15 @@ from .errors import ToolkitError
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write(path: Path, data: bytes, mode: Optional[int] = None, uid: int = -1, gid: int = -1) -> None:
@@ -95,6 +104,15 @@ class DirSpec:
     group: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class LinkSpec:
+    """A symbolic link at ``path`` that must point to ``target`` (written as given; it may not exist yet).
+    Whatever else is at ``path``, except a directory, is replaced."""
+
+    path: Path
+    target: str
+
+
 @dataclass
 class FileSetOutcome:
     changed_paths: list[str] = field(default_factory=list)
@@ -153,8 +171,10 @@ def _text(data: Optional[bytes]) -> str:
         return f"({len(data)} bytes, not text)\n"
 
 
-def ensure_file_set(files: Sequence[FileSpec], directories: Sequence[DirSpec] = (), check_mode: bool = False) -> FileSetOutcome:
-    """Make ``directories`` (first) and ``files`` hold what they say; report each path that changed
+def ensure_file_set(
+    files: Sequence[FileSpec], directories: Sequence[DirSpec] = (), check_mode: bool = False, links: Sequence[LinkSpec] = ()
+) -> FileSetOutcome:
+    """Make ``directories`` (first), ``files`` and then ``links`` hold what they say; report each path that changed
     (or would, in check mode, where nothing is written). Owners are looked up before anything is
     written, so an unknown user or group changes nothing (in check mode it is one an earlier task would
     create: the path counts as changing). A file's content is written atomically
@@ -207,7 +227,48 @@ def ensure_file_set(files: Sequence[FileSpec], directories: Sequence[DirSpec] = 
         if not check_mode:
             spec.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             atomic_write(spec.path, spec.content, spec.mode, uid, gid)
+    for link in links:
+        _ensure_link(link, outcome, check_mode)
     return outcome
+
+
+def _ensure_link(link: LinkSpec, outcome: FileSetOutcome, check_mode: bool) -> None:
+    """Point ``link.path`` at ``link.target``: a new symlink beside it renamed over it, so the path is
+    never missing; a directory there is an error (left as it is)."""
+    try:
+        st: Optional[os.stat_result] = os.lstat(link.path)
+    except FileNotFoundError:
+        st = None
+    before = None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolkitError(f"{link.path}: expected a symbolic link to {link.target}, found a directory; left as it is")
+        if stat.S_ISLNK(st.st_mode):
+            before = os.readlink(link.path)
+            if before == link.target:
+                return
+    outcome.changed_paths.append(str(link.path))
+    outcome.diff.append(
+        {
+            "before_header": str(link.path) if st is not None else f"{link.path} (absent)",
+            "after_header": str(link.path),
+            "before": f"symbolic link to {before}\n" if before is not None else ("(not a symbolic link)\n" if st is not None else ""),
+            "after": f"symbolic link to {link.target}\n",
+        }
+    )
+    if check_mode:
+        return
+    link.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = link.path.with_name(f".{link.path.name}.{os.getpid()}.link")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    os.symlink(link.target, tmp)
+    try:
+        os.replace(tmp, link.path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _diff_entry(path: Path, before: Optional[bytes], after: Optional[bytes]) -> dict:

@@ -36,8 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from sglang_sm120.build.pipeline import BuildError, SharedObject, check_objects, file_sha256, read_gpu_code
+from sglang_sm120.build.pipeline import BuildError, SharedObject, check_objects, read_gpu_code
 from sglang_sm120.errors import ToolkitError
+from sglang_sm120.files import file_sha256
 from sglang_sm120.host.cuda_toolkit import cudart_major, elf_needed
 
 from .pinned_stack import HOST_PIP_TARGET, canonical, requirements, stack_from_metadata

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ToolkitError
+from ..files import file_sha256
 from ..host.cuda_toolkit import cudart_major, elf_needed
 
 KEY_SCHEMA = 2  # 2: dependency installs resolve their requirements, build_requires, local versions, prebuilt
@@ -310,14 +311,6 @@ def tree_hash(root: str) -> tuple[str, list[str]]:
         digest.update(rel.encode() + b"\0" + (b"x" if os.access(path, os.X_OK) else b"-") + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest(), [str(p) for p in files]
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def prebuilt_inputs(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -29,7 +29,6 @@ from ..build.pipeline import (
     BuildError,
     SharedObject,
     check_objects,
-    file_sha256,
     normalize,
     own_wheels,
     read_gpu_code,
@@ -37,6 +36,7 @@ from ..build.pipeline import (
     witness_name,
 )
 from ..errors import ToolkitError
+from ..files import file_sha256
 from ..host.cuda_toolkit import cudart_major, elf_needed
 
 _SO = re.compile(r"\.so(\.\d+)*$")
