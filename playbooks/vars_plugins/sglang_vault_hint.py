@@ -19,6 +19,8 @@ description:
     the run was given no vault password, fails naming the file and the ways to give the password
     (C(--ask-vault-pass), C(--vault-password-file), C(--vault-id), C(ANSIBLE_VAULT_PASSWORD_FILE)).
   - Returns no variables. With a vault password given, or no vaulted file, it does nothing.
+# No settings; declared, so Ansible reads this documentation once per run, not at every task.
+options: {}
 """
 
 
