@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sglang_sm120.build.elf_closure import pth_dirs, role_allowlist, scan_venv
-from sglang_sm120.build.pipeline import file_sha256, normalize, wheel_name_version
+from sglang_sm120.build.pipeline import normalize, wheel_name_version
+from sglang_sm120.files import file_sha256
 from sglang_sm120.patches.import_check import check_imports
 from sglang_sm120.release.install import find_dist, install_argv, read_back, release_wheels, site_packages
 

@@ -10,7 +10,7 @@ import pytest
 from test_build_pipeline import build_probe, tiny_wheel
 
 from conftest import CACHE
-from sglang_sm120.build.pipeline import file_sha256
+from sglang_sm120.files import file_sha256
 from sglang_sm120.release.install import InstallError, constraints_text, install_argv, read_back, release_wheels
 
 SGLANG_WHEEL = CACHE / "sglang" / "sglang-0.5.9-py3-none-any.whl"
