@@ -26,6 +26,7 @@ help:
 	@echo "make test                                      lint, then pytest beside every molecule scenario ($(SCENARIOS))"
 	@echo "make sample-report                             docs/sample/: the lab's latest report and chart (the stand-in server's)"
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
+	@echo "make rehearsal SGLANG_VERSION=0.5.13           that release from the package index's own wheels, installed and checked here"
 	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool router-wheels lab lab-down lint pytest molecule clean"
 
 $(VENV)/.requirements: requirements.txt scripts/venv.sh
@@ -102,9 +103,11 @@ test: venv
 
 # The production build specs run as far as this machine allows (no GPU, no git): real sglang 0.5.9
 # closure, real build venvs, stand-ins for what only compiles from git, the release install with
-# --no-index; ends "N passed, M failed". Its reduced form runs in pytest (tests/test_rehearsal.py).
+# --no-index; ends "N passed, M failed". SGLANG_VERSION=0.5.13: that release as the deploy renders
+# it, every artifact whose package-index wheel fits taken as that wheel (no stand-in; several GB
+# of CUDA wheels on the first run). Their reduced forms run in pytest (tests/test_rehearsal.py).
 rehearsal: venv wheelhouse sglang-wheels
-	$(VENV)/bin/python scripts/rehearsal.py
+	$(VENV)/bin/python scripts/rehearsal.py $(if $(SGLANG_VERSION),--sglang $(SGLANG_VERSION))
 
 # docs/sample/: the lab's latest report and chart, marked as the stand-in server's (measures both profiles on the lab first when it has none).
 sample-report: venv

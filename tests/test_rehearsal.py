@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import CACHE, ROOT, by_name, upstream_reference
+from conftest import CACHE, ROOT, by_name, rehearsal_script, upstream_reference
 from sglang_sm120.build.pipeline import plan
 from sglang_sm120_controller.rehearsal import build as rb
 
@@ -449,3 +449,63 @@ def test_reduced_rehearsal_passes_and_counts(rendered: dict[str, Any], tmp_path:
     proc = run_reduced(broken, tmp_path / "rendered.json")
     assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(" passed, 1 failed, 10 unchecked")
     assert "FAIL facts triton-pin: torch: pins expected to hold triton==3.5.1, found []" in proc.stdout
+
+
+# ---------------------------------------------------------------- a release of the package index's own wheels (issue 32)
+
+INDEX_ARTIFACTS = ("torch", "flashinfer", "sgl_kernel", "torchvision", "torchaudio")
+
+
+@pytest.fixture(scope="module")
+def rendered_0_5_13() -> dict[str, Any]:
+    """SGLang 0.5.13 as the deploy renders it: the lookup sglang_artifact_choices judges the index's wheels."""
+    return rehearsal_script().render(ROOT / "inventory/production", "0.5.13")  # type: ignore[attr-defined]
+
+
+def test_reduced_rehearsal_of_0_5_13_makes_every_cuda_artifact_from_the_index_with_no_stand_in(
+    rendered_0_5_13: dict[str, Any], tmp_path: Path
+) -> None:
+    """`make rehearsal SGLANG_VERSION=0.5.13`, reduced: each CUDA artifact is the index's wheel, fetched and verified by
+    the pipeline's own prebuilt phase; nothing is stood in for and no source-build check runs (nothing is built)."""
+    proc = run_reduced(rendered_0_5_13, tmp_path / "rendered.json")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1]), lines[-1]
+    assert lines[0].endswith("; the package index's own wheels for " + ", ".join(INDEX_ARTIFACTS)), lines[0]
+    for name in INDEX_ARTIFACTS:
+        assert any(line.startswith(f"PASS build {name}: prebuilt wheel verified in ") for line in lines), name
+        assert any(
+            line.startswith(f"PASS index {name}: ") and "from the index, verified on the host as a build is" in line for line in lines
+        ), name
+    kernel = next(line for line in lines if line.startswith("PASS index sgl_kernel: "))
+    assert "sglang_kernel-0.4.3-cp310-abi3-" in kernel and "sm_120a" in kernel
+    assert any(line.startswith("PASS index pins torch: torch-2.11.0-") and "requires triton==3.6.0" in line for line in lines)
+    assert not [line for line in lines if "stand-in" in line or line.split(":")[0].endswith(("build-requires", "version", "local-version"))]
+    # sglang 0.5.13's closure for this Python: pip takes each of them from the index, at the version taken
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    closure = next(line for line in lines if line.startswith(f"PASS closure python{python}: "))
+    taken = "torch 2.11.0, flashinfer_python 0.6.12, sglang_kernel 0.4.3, torchvision 0.26.0, torchaudio 2.11.0"
+    assert re.search(rf": \d+ packages resolve for Python \S+, the index's own: {re.escape(taken)} \(", closure), closure
+
+
+def test_an_index_wheel_the_host_refuses_fails_the_rehearsal_naming_why_and_builds_nothing(
+    rendered_0_5_13: dict[str, Any], tmp_path: Path
+) -> None:
+    """torch's rule asking for CUDA 12 (the index's 2.11.0 links libcudart.so.13) and a triton pin the wheel does not
+    require: the prebuilt phase refuses the wheel, the source build behind it is not rehearsed (it fails at once),
+    every artifact that needs torch is not built, and the pin is named."""
+    broken = copy.deepcopy(rendered_0_5_13)
+    torch = by_name(broken["specs"], "torch")
+    torch["verify"]["cudart"] = "12"
+    torch["pins"] = ["triton==3.5.1"]
+    proc = run_reduced(broken, tmp_path / "rendered.json")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    pins = next(line for line in lines if line.startswith("FAIL index pins torch: "))
+    assert "triton==3.5.1: expected torch-2.11.0-" in pins and "found it requires 3.6.0" in pins
+    build = next(line for line in lines if line.startswith("FAIL build torch: "))
+    assert "prebuilt wheel not used" in build and "libcudart.so.12" in build, build
+    assert "the package index wheel of this artifact was refused" in build, build
+    for name in INDEX_ARTIFACTS[1:]:
+        assert f"FAIL build {name}: not built: dependency torch failed" in lines, name
+    assert not any(line.startswith("PASS index torch") for line in lines)

@@ -153,6 +153,25 @@ def test_an_upstream_wheel_chosen_instead_of_ours_fails_naming_python_and_packag
         check_python_closure("3.12", report_choices(report), "", _ours(OURS_312), lambda name: True)
 
 
+def test_an_index_artifact_must_be_taken_from_the_index_at_its_version() -> None:
+    """A release of the index's own wheels (make rehearsal SGLANG_VERSION=0.5.13): pip must take each at the
+    version taken, from the index; ours re-tagged (none here) and the index's own are named apart."""
+    report = json.loads(json.dumps(REPORT))
+    item = next(i for i in report["install"] if i["metadata"]["name"] == "torchvision")
+    item["metadata"]["version"] = "0.24.1"
+    item["download_info"]["url"] = "https://files.example/torchvision-0.24.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    said = check_python_closure("3.12", report_choices(report), "", {}, lambda name: True, {"torchvision": "0.24.1"})
+    assert said == f"{len(REPORT['install'])} packages resolve for Python 3.12, the index's own: torchvision 0.24.1"
+    # another version, or a local build of it, is not the index's wheel
+    with pytest.raises(RehearsalError, match=r"3\.12: torchvision: expected the index.s 0\.24\.0, found pip takes torchvision-0\.24\.1-"):
+        check_python_closure("3.12", report_choices(report), "", {}, lambda name: True, {"torchvision": "0.24.0"})
+    with pytest.raises(RehearsalError, match=r"torch: expected the index's 2\.9\.1, found pip takes torch-2\.9\.1\+cu130-cp312"):
+        check_python_closure("3.12", report_choices(REPORT), "", {}, lambda name: True, {"torch": "2.9.1"})
+    report["install"] = [i for i in report["install"] if i["metadata"]["name"] != "torchvision"]
+    with pytest.raises(RehearsalError, match=r"torchvision: expected the index's 0\.24\.1, found it not in the closure"):
+        check_python_closure("3.12", report_choices(report), "", {}, lambda name: True, {"torchvision": "0.24.1"})
+
+
 def test_the_recorded_conflict_fails_naming_python_and_torch() -> None:
     assert unresolved(CONFLICT) == (
         "conflict: sglang 0.5.9 depends on torch==2.9.1; The user requested (constraint) torch<=2.14.1,==2.9.1+cu130"
@@ -249,6 +268,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     _dist(site, "needs-torch", {"needs_torch/__init__.py": "import torch.distributed\n"})
     _dist(site, "wants-tensor", {"wants_tensor/__init__.py": "import torch\nTensor = torch.Tensor\n"})
     _dist(site, "plain", {"plain/__init__.py": "VALUE = 1\n"})
+    _dist(site, "new-kernel", {"kernel_mod/__init__.py": "VALUE = 2\n"})
     _dist(site, "broken", {"broken/__init__.py": "raise RuntimeError('boom: the config is wrong')\n"})
     driver = "raise OSError('libcuda.so.1: cannot open shared object file: No such file or directory')\n"
     _dist(site, "driver", {"driver/__init__.py": driver})
@@ -269,8 +289,12 @@ def test_each_import_says_imported_unchecked_and_why_or_fails_naming_the_error(v
         ("hangs", "hangs"),
         ("quits", "quits"),
         ("absent", "absent"),
+        ("kernel_mod", "old-kernel or new-kernel"),  # a renamed distribution: whichever of the names is installed
+        ("missing", "one or other"),
     ]
     lines = {o.name: o.line() for o in check_imports(root, [site], imports, timeout=5)}
+    assert lines["import kernel_mod"].startswith("PASS import kernel_mod: imported in the release venv (")
+    assert lines["import missing"].startswith("FAIL import missing: missing: one or other, which provides it, is not installed")
     assert lines["import torch"].startswith("UNCHECKED import torch: not importable on a CPU here: torch 1.0 in the release is the")
     assert "stand-in" in lines["import torch"] and "importing it would prove nothing" in lines["import torch"]
     assert lines["import needs_torch"] == (
@@ -302,7 +326,7 @@ def test_the_rehearsal_imports_torch_torchvision_sgl_kernel_flashinfer_and_the_s
     modules = [m for m, _ in IMPORTS]
     for module in ("torch", "torchvision", "sgl_kernel", "flashinfer", "sglang.srt.server_args", "sglang.launch_server"):
         assert module in modules
-    assert dict(IMPORTS)["flashinfer"] == "flashinfer-python" and dict(IMPORTS)["sgl_kernel"] == "sgl-kernel"
+    assert dict(IMPORTS)["flashinfer"] == "flashinfer-python" and dict(IMPORTS)["sgl_kernel"] == "sgl-kernel or sglang-kernel"
 
 
 # ---------------------------------------------------------------- the CUDA-12 torchvision put back

@@ -66,6 +66,8 @@ CUDA_LIBRARY_COMPONENTS = {
 }
 CUDA_SONAME = re.compile(rf"^lib(?P<library>{'|'.join(CUDA_LIBRARY_COMPONENTS)})\.so\.(?P<major>\d+)$")
 VARIANT = re.compile(r"^(?P<stem>.+?)_cu(?P<major>\d+)(?P<rest>\..*)$")
+# How a spec's prebuilt.origin begins when apply_choices took the index's wheel (read back by taken_from_index).
+INDEX_ORIGIN = "the package index's own wheel"
 JUDGEMENT_SCHEMA = 2  # bump when judge() changes: kept judgements are then read again
 
 
@@ -483,6 +485,12 @@ def _wheelhouse_has(prebuilt: Any) -> bool:
     return any(Path(str(prebuilt["wheelhouse"])).glob(str(prebuilt.get("pattern", "*.whl"))))
 
 
+def taken_from_index(spec: Mapping[str, Any]) -> bool:
+    """Whether apply_choices made the package index's own wheel this spec's prebuilt wheel."""
+    prebuilt = spec.get("prebuilt")
+    return isinstance(prebuilt, Mapping) and str(prebuilt.get("origin", "")).startswith(INDEX_ORIGIN)
+
+
 def apply_choices(
     specs: Sequence[Mapping[str, Any]],
     cache: Path,
@@ -530,7 +538,7 @@ def apply_choices(
             spec["prebuilt"] = {
                 "wheelhouse": str(wheel.parent),
                 "pattern": wheel.name,
-                "origin": f"the package index's own wheel, {choice.judgement.wheel}: {choice.judgement.summary}",
+                "origin": f"{INDEX_ORIGIN}, {choice.judgement.wheel}: {choice.judgement.summary}",
             }
             spec.pop("local_version", None)
         elif optional and name not in build_optional and not _wheelhouse_has(spec.get("prebuilt")):

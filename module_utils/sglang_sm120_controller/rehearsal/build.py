@@ -899,6 +899,66 @@ def rehearsal_spec(spec: Mapping[str, Any], tree: Optional[Path]) -> dict[str, A
     return out
 
 
+# The build a spec taken from the index gets in the rehearsal: its prebuilt phase is the production one; were the
+# wheel refused, the source build behind it would run, which the rehearsal does not stand in for: it fails, naming why.
+NOT_REHEARSED = (
+    "echo 'make rehearsal: the package index wheel of this artifact was refused (the reason is above); "
+    "its source build is not rehearsed for a release whose artifacts come from the index' >&2; exit 1"
+)
+
+
+def index_rehearsal_spec(spec: Mapping[str, Any], empty: Path) -> dict[str, Any]:
+    """The production spec of an artifact taken from the package index: its prebuilt wheel, pins, depends_on and
+    verify as production has them; its git source (the fallback) replaced by `empty`, whose build fails at once."""
+    out = json.loads(json.dumps(spec))
+    empty.mkdir(parents=True, exist_ok=True)
+    (empty / "NOT-REHEARSED").write_text(f"{spec['name']}: taken from the package index; its source build is not rehearsed\n")
+    out["source"] = {"path": str(empty)}
+    out["build"] = NOT_REHEARSED
+    out["build_requires"] = []
+    for key in ("jobs_env", "mem_per_job_gib"):
+        out.pop(key, None)
+    return out
+
+
+def check_index_pins(spec: Mapping[str, Any], wheel: Path) -> str:
+    """What the spec pins beside an index wheel (triton with torch) is what that wheel itself requires."""
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1))
+    required = {}
+    for line in metadata.decode("utf-8", "replace").splitlines():
+        found = re.match(r"^Requires-Dist:\s*([A-Za-z0-9._-]+)\s*==\s*([^\s;,]+)", line)
+        if found:
+            required[normalize(found.group(1))] = found.group(2)
+    problems, held = [], []
+    for pin in spec.get("pins", []):
+        dist, version = pin.split("==", 1)
+        if required.get(normalize(dist)) != version:
+            found = required.get(normalize(dist)) or "no exact version"
+            problems.append(f"{pin}: expected {wheel.name} to require it, found it requires {found}")
+        else:
+            held.append(pin)
+    if problems:
+        raise RehearsalError(f"{spec['name']}: " + "; ".join(problems) + " (set the pin in stack.yml from the wheel's METADATA)")
+    return f"{wheel.name} requires {', '.join(held) or 'nothing the spec pins'}, as the spec pins"
+
+
+def check_index_artifact(spec: Mapping[str, Any], record: Mapping[str, Any]) -> str:
+    """The artifact the pipeline made for a spec taken from the index is that wheel, by its prebuilt phase, not a build."""
+    wanted = spec["prebuilt"]["pattern"]
+    problems = []
+    if record.get("origin") != "prebuilt":
+        problems.append(f"expected the prebuilt wheel, found origin {record.get('origin')!r}")
+    if record.get("prebuilt_rejected"):
+        problems.append(f"its prebuilt wheel was refused: {record['prebuilt_rejected']}")
+    if list(record.get("installs", [])) != [wanted]:
+        problems.append(f"expected it to install {wanted}, found {record.get('installs')}")
+    if problems:
+        raise RehearsalError(f"{spec['name']}: " + "; ".join(problems))
+    codes = sorted({t for w in record.get("wheels", []) for o in w.get("shared_objects", []) for t in o.get("targets", [])})
+    return f"{wanted} from the index, verified on the host as a build is ({', '.join(codes) or 'no GPU code'})"
+
+
 def build_in_process(tree: Path, spec: Mapping[str, Any], facts: Mapping[str, Any], out: Path) -> Path:
     """The stand-in wheel without a build venv (the reduced rehearsal): the backend with the spec's environment."""
     project = tree / fact(facts, spec["name"], "source_subdir", ".")
@@ -961,9 +1021,11 @@ def run_builds(
     cuobjdump: Optional[str] = None,
     timeout: float = 1800,
     records: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    prebuilt_staged: Optional[Mapping[str, str]] = None,
 ) -> dict[str, Outcome]:
     """Start and wait for each planned item through build_pipeline (dependencies first, independent ones
-    together); `records` are dependencies already built (name -> artifact record)."""
+    together); `records` are dependencies already built (name -> artifact record); `prebuilt_staged` the
+    host directories holding each spec's prebuilt wheels, as the role stages them (name -> dir)."""
     results: dict[str, Outcome] = {}
     records = dict(records or {})
     running: dict[str, Mapping[str, Any]] = {}
@@ -984,7 +1046,9 @@ def run_builds(
             if all(d in records for d in deps):
                 dep_dirs = {d: str(cache_dir(root, d, records[d]["key"])) for d in deps}
                 try:
-                    start(item, Workspace(str(root), python, cuda_home, jobs, dep_dirs, pip_args, staged.get(item["name"])))
+                    shelf = (prebuilt_staged or {}).get(item["name"])
+                    place = Workspace(str(root), python, cuda_home, jobs, dep_dirs, pip_args, staged.get(item["name"]), shelf)
+                    start(item, place)
                     running[item["name"]] = item
                     began[item["name"]] = time.monotonic()
                 except (BuildError, OSError) as exc:
@@ -1002,10 +1066,11 @@ def run_builds(
                 records[name] = record
                 wheels = record.get("installs") or [w["wheel"] for w in record["wheels"]]
                 took = time.monotonic() - began[name]
+                how = "prebuilt wheel verified" if record.get("origin") == "prebuilt" and state["status"] != "cached" else state["status"]
                 results[name] = Outcome(
                     f"build {name}",
                     True,
-                    f"{state['status']} in {took:.0f} s: {', '.join(wheels)} ({len(record['wheels'])} wheels in its wheelhouse)",
+                    f"{how} in {took:.0f} s: {', '.join(wheels)} ({len(record['wheels'])} wheels in its wheelhouse)",
                 )
                 del running[name]
         if time.monotonic() > deadline:
@@ -1119,7 +1184,8 @@ def release_install(
 
 
 def check_release(result: Mapping[str, Any], venv: Path, expected: Mapping[str, str], pins: Sequence[str]) -> str:
-    """The installed torch, sgl-kernel, FlashInfer are ours (+label), pinned requirements hold, evidence read from installed files."""
+    """The installed torch, sgl-kernel, FlashInfer are the artifacts made (built +label, or the index's own), pinned
+    requirements hold, evidence read from installed files, every object's libraries load (naming what the allowlist let pass)."""
     installed = {normalize(i["distribution"]): i for i in result.get("installed", [])}
     problems = []
     for dist, version in expected.items():
@@ -1154,7 +1220,8 @@ def check_release(result: Mapping[str, Any], venv: Path, expected: Mapping[str, 
     return (
         ", ".join(f"{d} {installed[normalize(d)]['version']}" for d in expected)
         + f"; {', '.join(pins)}; RECORD read back ({files} files); sm_120 evidence from installed files of {', '.join(sorted(cuda))}"
-        + f"; {closure.objects} ELF objects load ({len(closure.allowed)} unloadable allowlisted)"
+        + f"; {closure.objects} ELF objects load ({len(closure.allowed)} unloadable allowlisted"
+        + (f": {', '.join(sorted({str(u.allowed_by) for u in closure.allowed}))})" if closure.allowed else ")")
     )
 
 

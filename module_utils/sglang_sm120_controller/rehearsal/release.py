@@ -40,11 +40,11 @@ from .build import Outcome
 
 # ---------------------------------------------------------------- imports in the release venv
 
-# (module, the distribution that provides it)
+# (module, the distribution that provides it; "a or b": whichever is installed)
 IMPORTS: tuple[tuple[str, str], ...] = (
     ("torch", "torch"),
     ("torchvision", "torchvision"),
-    ("sgl_kernel", "sgl-kernel"),
+    ("sgl_kernel", "sgl-kernel or sglang-kernel"),  # the kernel package's name from SGLang 0.5.10 on (stack_kernel_package)
     ("flashinfer", "flashinfer-python"),
     ("sglang", "sglang"),
     ("sglang.srt.server_args", "sglang"),
@@ -168,7 +168,8 @@ def classify_import(module: str, distribution: str, result: Mapping[str, Any], i
         return Outcome(
             name,
             False,
-            f"not importable on a CPU here: {module} needs the NVIDIA driver ({driver.group(1)}), which this host has not: {last}",
+            f"not importable on a CPU here: {module} needs the NVIDIA driver ({driver.group(1)}), which this host has not: "
+            + " ".join(last.split())[:400],
             unchecked=True,
         )
     return Outcome(name, False, f"{module}: {last or 'failed without a message'}")
@@ -186,7 +187,7 @@ def check_imports(
     python = Path(venv) / "bin" / "python"
     outcomes = []
     for module, distribution in imports:
-        dist = installed.get(normalize(distribution))
+        dist = next((installed[n] for n in map(normalize, distribution.split(" or ")) if n in installed), None)
         if dist is None:
             outcomes.append(Outcome(f"import {module}", False, f"{module}: {distribution}, which provides it, is not installed in {venv}"))
             continue
@@ -203,7 +204,7 @@ def check_imports(
                 )
             )
             continue
-        outcomes.append(classify_import(module, distribution, probe_import(python, module, timeout, runner), installed))
+        outcomes.append(classify_import(module, dist.name, probe_import(python, module, timeout, runner), installed))
     return outcomes
 
 
@@ -340,9 +341,11 @@ def check_python_closure(
     error: str,
     ours: Mapping[str, Path],
     index_has_python: Callable[[str], bool],
+    index: Optional[Mapping[str, str]] = None,
 ) -> str:
     """The verdict for one Python: `choices` pip's (None: it failed with `error`); `ours` distribution -> our re-tagged
-    wheel. Raises RehearsalError (FAIL) or Unchecked; returns the PASS detail."""
+    wheel; `index` distribution -> version of the artifacts taken from the package index, which pip must take from
+    the index at that version (no local label). Raises RehearsalError (FAIL) or Unchecked; returns the PASS detail."""
     from .build import RehearsalError, Unchecked
 
     if choices is None:
@@ -363,9 +366,22 @@ def check_python_closure(
             problems.append(f"{dist}: expected ours ({wheel.name}), found pip takes {found[1]}")
         else:
             chosen.append(f"{dist} {found[0]}")
+    taken = []
+    for dist, wanted in (index or {}).items():
+        found = choices.get(normalize(dist))
+        if found is None:
+            problems.append(f"{dist}: expected the index's {wanted}, found it not in the closure")
+        elif found[0] != wanted or "+" in found[0]:
+            problems.append(f"{dist}: expected the index's {wanted}, found pip takes {found[1]}")
+        else:
+            taken.append(f"{dist} {found[0]}")
     if problems:
         raise RehearsalError(f"for Python {version}: " + "; ".join(problems))
-    return f"{len(choices)} packages resolve for Python {version}, ours chosen: {', '.join(chosen)}"
+    return (
+        f"{len(choices)} packages resolve for Python {version}"
+        + (f", ours chosen: {', '.join(chosen)}" if chosen or not taken else "")
+        + (f", the index's own: {', '.join(taken)}" if taken else "")
+    )
 
 
 def find_interpreter(version: str, runner: Callable[..., Any] = subprocess.run) -> Optional[str]:
@@ -397,8 +413,10 @@ def python_closure(
     work: Path,
     timeout: float = 900,
     runner: Callable[..., Any] = subprocess.run,
+    index: Optional[Mapping[str, str]] = None,
 ) -> Outcome:
-    """Re-tag our wheels for `version`, resolve `requirements` with them for that Python, judge the report."""
+    """Re-tag our wheels for `version`, resolve `requirements` with them for that Python, judge the report;
+    `index` (distribution -> version) the artifacts taken from the package index, pinned, for pip to take there."""
     from .build import run_check
 
     exact = find_interpreter(version, runner)
@@ -406,9 +424,11 @@ def python_closure(
     python = exact or python
     base = work / f"cp{version.replace('.', '')}"
     shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
     retagged = {dist: retag_wheel(wheel, base / "wheels" / normalize(dist), version) for dist, wheel in ours.items()}
     constraints = base / "constraints.txt"
-    constraints.write_text("".join(f"{d}=={wheel_version(w)}\n" for d, w in retagged.items()) + "".join(f"{p}\n" for p in pins))
+    pinned = [*(f"{d}=={wheel_version(w)}" for d, w in retagged.items()), *(f"{d}=={v}" for d, v in (index or {}).items()), *pins]
+    constraints.write_text("".join(f"{p}\n" for p in pinned))
     links = sorted({w.parent for w in retagged.values()})
     report = base / "report.json"
 
@@ -436,7 +456,8 @@ def python_closure(
 
             raise RehearsalError(f"Python {version}: pip did not resolve in {timeout:.0f} s") from None
         choices = report_choices(json.loads(report.read_text())) if proc.returncode == 0 and report.is_file() else None
-        return check_python_closure(version, choices, f"{proc.stdout or ''}\n{proc.stderr or ''}", retagged, has_python) + f" ({markers})"
+        output = f"{proc.stdout or ''}\n{proc.stderr or ''}"
+        return check_python_closure(version, choices, output, retagged, has_python, index) + f" ({markers})"
 
     return run_check(f"closure python{version}", verdict)
 
@@ -455,11 +476,13 @@ def closures_for_pythons(
     jobs: int = 4,
     timeout: float = 900,
     preflight_overrides: Optional[Mapping[str, Any]] = None,
+    index: Optional[Mapping[str, str]] = None,
 ) -> list[Outcome]:
     """python_closure for each host Python preflight allows (roles/preflight/defaults/main.yml, with the
     inventory's `preflight_overrides`, e.g. production's preflight_max_python): `requirement` with all of ours,
-    as the release installs them; in parallel, as pip's work here is mostly reading the index. A Python the
-    preflight refuses is listed as unchecked, naming the variable."""
+    as the release installs them, and the `index` artifacts (distribution -> version) at their versions from the
+    index; in parallel, as pip's work here is mostly reading the index. A Python the preflight refuses is listed as
+    unchecked, naming the variable."""
     from concurrent.futures import ThreadPoolExecutor
 
     import yaml  # the controller's
@@ -470,9 +493,9 @@ def closures_for_pythons(
         refused = refused_pythons(settings)
     except (OSError, KeyError, ValueError, TypeError) as exc:
         return [Outcome("closure pythons", False, f"{preflight_defaults}: {exc}")]
-    requirements = [requirement, *ours]
+    requirements = [requirement, *ours, *(index or {})]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(python_closure, python, v, requirements, ours, pins, work, timeout) for v in versions]
+        futures = [pool.submit(python_closure, python, v, requirements, ours, pins, work, timeout, index=index) for v in versions]
         outcomes = [f.result() for f in futures]
     for version in refused:
         outcomes.append(
