@@ -213,7 +213,30 @@ MANIFEST = {
     "sglang": {"version": "0.5.9"},
     "cuda": {"cuda_version": "13.0.1", "nvcc_build": "V13.0.88", "arch": "12.0"},
     "artifacts": {
-        "sglang": {"package": "sglang", "key": "k" * 64, "wheels": [{"wheel": "sglang-0.5.9-py3-none-any.whl", "sha256": "s" * 64}]}
+        "sglang": {
+            "package": "sglang",
+            "key": "k" * 64,
+            "origin": "downloaded",
+            "build_seconds": 81,
+            "wheels": [{"wheel": "sglang-0.5.9-py3-none-any.whl", "sha256": "s" * 64}],
+        },
+        # as the pipeline records an index wheel taken (apply_choices' origin) and a source build after a refusal
+        "torch": {
+            "package": "torch",
+            "key": "t" * 64,
+            "origin": "prebuilt",
+            "build_seconds": 6,
+            "prebuilt_origin": "the package index's own wheel, torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl: CUDA 13, sm_120+sm_120a",
+            "wheels": [{"wheel": "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl", "sha256": "a" * 64}],
+        },
+        "sgl_kernel": {
+            "package": "sgl-kernel",
+            "key": "g" * 64,
+            "origin": "built",
+            "build_seconds": 4321,
+            "prebuilt_rejected": "prebuilt wheel not used: common_ops.so: links libcudart.so.12, expected libcudart.so.13",
+            "wheels": [{"wheel": "sgl_kernel-0.3.21+cu130-cp310-abi3-linux_x86_64.whl", "sha256": "b" * 64}],
+        },
     },
     "patches": {
         "state": "present",
@@ -345,6 +368,15 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"num_prompts": 1, "output_len": 4, "client": "toolkit-client"})
     assert report["release"] == "0002-abcdef12" and report["versions"]["sglang"] == "0.5.9" and report["versions"]["cuda"] == "13.0.1"
     assert report["artifacts"]["sglang"]["wheels"][0]["sha256"] == "s" * 64
+    # how each artifact was made, from its build record: the index's wheel taken, a source build after a refusal
+    made = {name: art["made"] for name, art in report["artifacts"].items()}
+    assert made == {
+        "sglang": "downloaded from the package index in 81 s",
+        "torch": "prebuilt: the package index's own wheel, torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl: CUDA 13, "
+        "sm_120+sm_120a, verified on the host in 6 s",
+        "sgl_kernel": "built from source on the host in 4321 s; its prebuilt wheel was refused: prebuilt wheel not used: "
+        "common_ops.so: links libcudart.so.12, expected libcudart.so.13",
+    }
     assert report["patches"]["patches"] == {"kimi_k25_eagle3_delegation": "applied"} and report["audit"]["ok"] is True
     assert report["service"]["argv"][:2] == ["--speculative-algorithm", "EAGLE3"]
     assert report["benchmark"]["verdict"]["status"] == "pass"
@@ -352,6 +384,7 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "**pass**: eagle3 is faster" in md
     assert re.search(r"\| eagle3 \| 1 \| 120\.0 \|", md) and re.search(r"\| baseline \| 1 \| 90\.0 \|", md)
     assert "kimi_k25_eagle3_delegation: applied" in md and "sglang-0.5.9-py3-none-any.whl" in md
+    assert re.search(r"- torch \(key `t{12}`\): torch-2\.11\.0-\S+ \(sha256 a{12}\); prebuilt: the package index", md)
     assert "torch symm-mem (--enable-torch-symm-mem): **no**: journal at start: torch symm-mem off at start: server log: TorchSymm" in md
     assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
     assert report["optimisations_seen"]["error"] == "no evidence recorded for profile eagle3"

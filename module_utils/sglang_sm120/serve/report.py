@@ -338,6 +338,7 @@ def build_report(
             name: {
                 "package": art.get("package"),
                 "key": art.get("key"),
+                "made": artifact_made(art),
                 "wheels": [
                     {"wheel": w.get("wheel"), "sha256": w.get("sha256"), "witness": w.get("witness")} for w in art.get("wheels") or []
                 ],
@@ -377,6 +378,22 @@ def build_report(
         "router": router_summary(router),
         "history": [dict(h) for h in history],
     }
+
+
+def artifact_made(record: Mapping[str, Any]) -> str:
+    """How the build pipeline made an artifact, from its record: the prebuilt wheel it took and why (the package
+    index's own, or a vetted wheelhouse wheel), a source build (and the prebuilt wheel it refused), or a download."""
+    origin = record.get("origin")
+    seconds = record.get("build_seconds")
+    took = f" in {seconds} s" if isinstance(seconds, (int, float)) else ""
+    if origin == "prebuilt":
+        return f"prebuilt: {record.get('prebuilt_origin') or 'a prebuilt wheel'}, verified on the host{took}"
+    if origin == "built":
+        refused = f"; its prebuilt wheel was refused: {record['prebuilt_rejected']}" if record.get("prebuilt_rejected") else ""
+        return f"built from source on the host{took}{refused}"
+    if origin == "downloaded":
+        return f"downloaded from the package index{took}"
+    return "not recorded"
 
 
 def router_summary(router: Optional[Mapping[str, Any]]) -> dict[str, Any]:
@@ -618,7 +635,7 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
     )
     for name, art in (report.get("artifacts") or {}).items():
         wheels = ", ".join(f"{_md(w['wheel'])} (sha256 {_md(str(w['sha256'])[:12])})" for w in art["wheels"]) or "no wheels"
-        lines.append(f"- {_md(name)} (key `{_md(str(art['key'])[:12])}`): {wheels}")
+        lines.append(f"- {_md(name)} (key `{_md(str(art['key'])[:12])}`): {wheels}; {_md(art.get('made') or 'not recorded')}")
     patches = report.get("patches") or {}
     lines += ["", f"## Patches ({_md(patches.get('state') or '-')}) and audit", ""]
     for pid, status in sorted((patches.get("patches") or {}).items()):
