@@ -30,7 +30,8 @@ def test_two_releases_json_and_table() -> None:
     assert old["stack"] == {"torch": "==2.9.1", "flashinfer_python": "==0.6.3", "kernel": "sgl-kernel==0.3.21"}
     assert new["patches"] == {"kimi_k25_eagle3_delegation": "fixed-upstream", "torch_symm_mem_sm120": "fixed-upstream"}
     assert new["stack"]["torch"] == "==2.14.1" and new["stack"]["kernel"] == "sglang-kernel==0.4.10"
-    assert "static table" in new["flags_parser"]
+    # SGLang's own ServerArgs decide the flags where `make sglang-runtime` made that release's environment (both here)
+    assert old["flags_parser"] == new["flags_parser"] == "parser: sglang (imported)", (old["flags_parser"], new["flags_parser"])
     assert all(r["usable"] for r in report["releases"])
     table = run("0.5.9", "0.5.23")
     assert table.returncode == 0 and "OK with patches" in table.stdout and "usable" in table.stdout
@@ -46,6 +47,7 @@ def test_a_tree_has_an_unknown_stack(tmp_path: Path) -> None:
     row = json.loads(done.stdout)["releases"][0]
     assert row["stack"]["torch"].startswith("unknown")
     assert row["patches"]["torch_symm_mem_sm120"] == "fixed-upstream"
+    assert "static table" in row["flags_parser"]  # no runtime environment of 0.5.15 here: the static table, said so
 
 
 def test_unusable_release_exits_1() -> None:
