@@ -257,7 +257,9 @@ cuda_cccl_headers:
   returned: always
   sample: true
 python_headers:
-  description: Whether C(Python.h) is in the include directory of the Python the module ran with (FlashInfer's JIT passes it).
+  description:
+    - Whether C(Python.h) is in the include directory of the Python the module ran with (Triton compiles its CUDA
+      launcher against it at the server's first kernel).
   type: bool
   returned: always
   sample: false

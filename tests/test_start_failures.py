@@ -288,6 +288,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(host=host_with(host8, glibc_version="2.41", nvcc_version="13.0")), "ok"),
             "outside": None,
         },
+        "triton-python-headers-missing": {
+            "hit": (dict(host=host_with(host8, python_headers=False)), "refused"),
+            "miss": (dict(host=host_with(host8, python_headers=True)), "ok"),
+            "outside": None,
+        },
         "triton-ptxas-lacks-gpu-arch": {
             "hit": (dict(host=host_with(host8, triton_ptxas_knows_arch=False)), "refused"),
             "miss": (dict(host=host_with(host8, triton_ptxas_knows_arch=True)), "ok"),
@@ -860,3 +865,49 @@ def test_the_glibc_entries_read_cuda_13_0_1s_own_math_header(cuda_home: Path) ->
     assert len(sinpi) == 1 and sinpi[0].rstrip().endswith("sinpi(double x) __NV_IEC_60559_FUNCS_EXCEPTION_SPECIFIER;"), sinpi
     rsqrt = [line for line in lines if re.search(r"\bdouble\s+rsqrt\(double x\)", line)]
     assert len(rsqrt) == 1 and rsqrt[0].rstrip().endswith("rsqrt(double x);"), rsqrt
+
+
+# Triton's own build of its CUDA launcher (what runs at a server's first Triton kernel), with the include
+# directory of the running Python as sysconfig gives it, or replaced by one without Python.h.
+TRITON_LAUNCHER_BUILD = """
+import shutil, sys, sysconfig, tempfile
+from pathlib import Path
+import triton
+import triton.backends.nvidia as nvidia
+from triton.runtime import build
+if sys.argv[1] != "-":
+    real = sysconfig.get_paths
+    sysconfig.get_paths = lambda *a, **k: {**real(*a, **k), "include": sys.argv[1]}
+here = Path(nvidia.__file__).parent
+with tempfile.TemporaryDirectory() as tmp:
+    shutil.copy(here / "driver.c", Path(tmp) / "cuda_utils.c")
+    so = build._build("cuda_utils", str(Path(tmp) / "cuda_utils.c"), tmp, [], [str(here / "include")], [], [])
+    print("triton", triton.__version__, "built", Path(so).name)
+"""
+
+
+def test_triton_builds_its_launcher_against_pythons_headers_and_fails_without_them(sglang_runtime_python: Path, tmp_path: Path) -> None:
+    """triton-python-headers-missing on real sources: the Triton of SGLang's runtime environment compiles its
+    driver.c (which includes Python.h) with gcc and sysconfig's include directory; without Python.h there, it
+    fails as the report says, and the host fact the gate reads is what tells the two apart."""
+    from sglang_sm120.host.facts import GatheredFacts, _headers
+
+    with_headers = subprocess.run([str(sglang_runtime_python), "-c", TRITON_LAUNCHER_BUILD, "-"], capture_output=True, text=True)
+    assert with_headers.returncode == 0, with_headers.stderr[-2000:]
+    assert re.fullmatch(r"triton \S+ built cuda_utils\.\S+\.so", with_headers.stdout.strip()), with_headers.stdout
+    empty = tmp_path / "include"
+    empty.mkdir()
+    without = subprocess.run([str(sglang_runtime_python), "-c", TRITON_LAUNCHER_BUILD, str(empty)], capture_output=True, text=True)
+    assert without.returncode != 0
+    assert "fatal error: Python.h: No such file or directory" in without.stderr, without.stderr[-2000:]
+    # the fact preflight gathers from the same include directory
+    facts = GatheredFacts()
+    _headers(facts, lambda path: Path(path).exists(), str(empty))
+    assert facts.python_headers is False
+    _headers(facts, lambda path: Path(path).exists(), sysconfig_include(sglang_runtime_python))
+    assert facts.python_headers is True
+
+
+def sysconfig_include(python: Path) -> str:
+    done = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True)
+    return done.stdout.strip()
