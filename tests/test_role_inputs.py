@@ -55,7 +55,7 @@ def test_bad_input_fails_before_any_change(extra, expected):
     assert "cuda_toolkit : Ensure the host compiler" not in proc.stdout
 
 
-FOUND = {"nvcc_path": "/opt/cuda-test/bin/nvcc", "nvcc_version": "13.0", "gcc_version": "12.2.0"}
+FOUND = {"nvcc_path": "/opt/cuda-test/bin/nvcc", "nvcc_version": "13.0", "gcc_version": "12.2.0", "python_headers": True}
 
 
 @pytest.mark.parametrize(
@@ -65,12 +65,15 @@ FOUND = {"nvcc_path": "/opt/cuda-test/bin/nvcc", "nvcc_version": "13.0", "gcc_ve
         ({**FOUND, "nvcc_path": "/usr/bin/nvcc"}, "auto", True),
         ({**FOUND, "nvcc_path": None, "nvcc_version": None}, "auto", True),
         ({**FOUND, "gcc_version": None}, "auto", True),
+        ({**FOUND, "python_headers": False}, "auto", True),  # the toolkit role installs python3-dev
+        ({**FOUND, "python_headers": None}, "auto", True),
         (None, "auto", True),
         (FOUND, "always", True),
     ],
 )
 def test_preflight_facts_entry_point_reads_again_only_without_the_toolchain(tmp_path, first_read, refresh, reads_again):
-    """What main found earlier in the run (preflight_result) decides; the CUDA toolkit role changes only nvcc and gcc."""
+    """What main found earlier in the run (preflight_result) decides; the CUDA toolkit role changes only nvcc, gcc and
+    Python's headers."""
     play_vars = {"preflight_require_gpu": False, "preflight_cuda_home": "/opt/cuda-test/", "preflight_facts_refresh": refresh}
     if first_read is not None:
         play_vars["preflight_result"] = first_read
