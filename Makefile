@@ -22,17 +22,20 @@ export ANSIBLE_FORCE_COLOR := 0
 .PHONY: help deploy test lint pytest molecule bench rehearsal sample-report venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool router-wheels lab lab-down clean
 
 help:
-	@echo "make deploy [INVENTORY=inventory/production]  converge playbooks/site.yml (default: the lab container)"
+	@echo "make deploy [INVENTORY=inventory/site]        converge playbooks/site.yml (default: the lab container)"
 	@echo "make test                                      lint, then pytest beside every molecule scenario ($(SCENARIOS))"
 	@echo "make sample-report                             docs/sample/: the lab's latest report and chart (the stand-in server's)"
 	@echo "make rehearsal                                 the production build specs, rehearsed here (about 4 min, warm package caches)"
 	@echo "make rehearsal SGLANG_VERSION=0.5.13           that release from the package index's own wheels, installed and checked here"
 	@echo "steps: venv docker images wheelhouse sglang-wheels sglang-runtime fixtures promtool router-wheels lab lab-down lint pytest molecule clean"
 
-$(VENV)/.requirements: requirements.txt scripts/venv.sh
+$(VENV)/.requirements: requirements.txt pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(VENV) $(PYTHON)
 
+# The controller venv with the toolkit's Python installed editable, and this checkout as the collection
+# sm120.sglang on ansible.cfg's collections_path.
 venv: $(VENV)/.requirements
+	@scripts/collection-link.sh
 
 docker:
 	scripts/ensure-docker.sh
@@ -84,8 +87,8 @@ lint: venv
 	ansible-lint --profile production --offline playbooks roles molecule tests/playbooks
 	ruff check .
 	ruff format --check .
-	for module in library/*.py; do \
-	  ansible-doc -M library "$$(basename "$$module" .py)" >/dev/null || { echo "lint: ansible-doc cannot read the docs of $$module" >&2; exit 1; }; done
+	modules=$$(for m in plugins/modules/*.py; do printf 'sm120.sglang.%s ' "$$(basename "$$m" .py)"; done); \
+	  ansible-doc $$modules >/dev/null || { echo "lint: ansible-doc cannot read the docs of every module (above)" >&2; exit 1; }
 
 pytest: venv wheelhouse sglang-wheels sglang-runtime promtool router-wheels
 	pytest tests
@@ -105,7 +108,7 @@ test: venv
 # closure, real build venvs, stand-ins for what only compiles from git, the release install with
 # --no-index; ends "N passed, M failed". SGLANG_VERSION=0.5.13: that release as the deploy renders
 # it, every artifact whose package-index wheel fits taken as that wheel (no stand-in; several GB
-# of CUDA wheels on the first run). Their reduced forms run in pytest (tests/test_rehearsal.py).
+# of CUDA wheels on the first run). Their reduced forms run in pytest (tests/unit/controller/test_rehearsal.py).
 rehearsal: venv wheelhouse sglang-wheels
 	$(VENV)/bin/python scripts/rehearsal.py $(if $(SGLANG_VERSION),--sglang $(SGLANG_VERSION))
 

@@ -77,7 +77,9 @@ def main() -> int:
         for wheel in sorted(CACHE.glob(f"sglang-{version}-*.whl"))[:1]:
             if not report(f"audit {version} (wheel file)", timed(lambda w=wheel: audit(w, MODEL_CLASS)), goal):
                 missed.append(f"{version} wheel")
-    manifest = load_manifest(yaml.safe_load((ROOT / "files/patches/manifest.yml").read_text()), ROOT / "files/patches")
+    manifest = load_manifest(
+        yaml.safe_load((ROOT / "roles/sglang_patches/files/patches/manifest.yml").read_text()), ROOT / "roles/sglang_patches/files/patches"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "sglang"
         shutil.copytree(CACHE / "0.5.9" / "sglang", copy)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: how long bin/sglang-flags takes to check a flag set with SGLang's own ServerArgs.
+"""Benchmark: how long sglang-flags takes to check a flag set with SGLang's own ServerArgs.
 
 Goal (issue 20, item 2): a warm check takes at most 10 s. Three ways of checking, each on the real
 SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the Kimi-K2.5 EAGLE-3 recipe and
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The toolkit's command-line tools: console scripts in the venv whose Python runs this script (make venv).
+BIN = Path(sys.executable).parent
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 GOAL_S = 10.0
 RUNS = int(os.environ.get("BENCH_GATE_RUNS", "3"))
@@ -43,7 +45,7 @@ RECIPE = [
 
 def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[float, str]:
     argv = [
-        sys.executable, str(ROOT / "bin" / "sglang-flags"), "--sglang", str(CACHE / "sglang" / version),
+        str(BIN / "sglang-flags"), "--sglang", str(CACHE / "sglang" / version),
         "--python", str(CACHE / "sglang-runtime" / version / "venv" / "bin" / "python"),
         "--model-class", "KimiK25ForConditionalGeneration", "--model", str(MODELS), "--draft-model", str(DRAFT),
         "--warm", str(warm), "--", *RECIPE, "--speculative-num-draft-tokens", str(tokens),
@@ -52,7 +54,7 @@ def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[floa
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "SGLANG_TOOLKIT_CACHE": str(cache)}, check=False)
     wall = time.monotonic() - started
     if proc.returncode != 0:
-        sys.exit(f"bench_gate: bin/sglang-flags exited {proc.returncode} on SGLang {version}:\n{proc.stdout}{proc.stderr}")
+        sys.exit(f"bench_gate: sglang-flags exited {proc.returncode} on SGLang {version}:\n{proc.stdout}{proc.stderr}")
     line = next((x for x in proc.stdout.splitlines() if x.startswith("server args:")), "")
     if not line:
         sys.exit(f"bench_gate: SGLang's ServerArgs did not run on {version}:\n{proc.stdout}")
@@ -65,7 +67,7 @@ def main() -> int:
             print(f"bench_gate: no runtime or tree for SGLang {version} under {CACHE}: run make sglang-runtime", file=sys.stderr)
             return 2
     missed = []
-    print(f"bin/sglang-flags, SGLang's ServerArgs on the Kimi EAGLE-3 recipe (median of {RUNS}, wall clock; goal: warm <= {GOAL_S:.0f} s)")
+    print(f"sglang-flags, SGLang's ServerArgs on the Kimi EAGLE-3 recipe (median of {RUNS}, wall clock; goal: warm <= {GOAL_S:.0f} s)")
     for version in RELEASES:
         with tempfile.TemporaryDirectory(prefix="bench-gate-") as scratch:
             cache = Path(scratch)

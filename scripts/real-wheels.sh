@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the real wheels tests/test_cuda_arch_real.py reads (tests/data/real-wheels.txt: requirement
+# Fetch the real wheels tests/unit/controller/test_cuda_arch_real.py reads (tests/data/real-wheels.txt: requirement
 # and sha256), check their sha256 and unpack their shared objects:
 #
 #   .cache/real-wheels/<wheel file>            the wheel (pip download --no-deps, Linux x86_64)

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""The start canary's own code (module_utils/sglang_sm120/serve/canary.py) driving a REAL SGLang server on a GPU machine.
+"""The start canary's own code (plugins/module_utils/sglang_sm120/serve/canary.py) driving a REAL SGLang server on a GPU machine.
 
 Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>-canary/ is
 made (its README says when and where). Run it on a machine with a GPU, torch and an SGLang release
 importable (e.g. an unpacked bundle on PYTHONPATH); such a machine has no controller venv, so the
-toolkit's packages come from PYTHONPATH=module_utils too. From the repository root:
+toolkit's packages come from PYTHONPATH=plugins/module_utils too. From the repository root:
 
-    PYTHONPATH=module_utils:<unpacked bundle> python3 scripts/real_canary_proof.py --out DIR \\
+    PYTHONPATH=plugins/module_utils:plugins/plugin_utils:<unpacked bundle> python3 scripts/real_canary_proof.py --out DIR \\
         [--sglang-version 0.5.13] [--hold-free-gib 24]
 
 It does what the deploy's canary step does (role sglang_canary, module sglang_canary), with the same
 functions, for a release whose launch plan is the eagle3 profile on one GPU:
-  1. tiny models of Kimi-K2.5 (module_utils/sglang_sm120/serve/tiny_models.py, from tests/data/models/) and their hints;
+  1. tiny models of Kimi-K2.5 (plugins/module_utils/sglang_sm120/serve/tiny_models.py, from tests/data/models/) and their hints;
   2. "serving": a process that holds the GPU's memory except --hold-free-gib, standing in for the
      serving server; the GPUs' memory read with nvidia-smi (canary.GPU_QUERY) and the placement decided
      by canary.place (policy auto, sglang_canary_min_free_mib 16384);
@@ -94,7 +94,7 @@ def tiny(work: Path, target: str, draft: str, unquantized: bool = False) -> dict
         config.pop("quantization_config", None)
         config.get("text_config", {}).pop("quantization_config", None)
         (source / "config.json").write_text(json.dumps(config, indent=1))
-    return tiny_models.ensure(work, source, models / draft, ROOT / "files/tokenizer", tp_size=1)
+    return tiny_models.ensure(work, source, models / draft, ROOT / "roles/sglang_canary/files/tokenizer", tp_size=1)
 
 
 def gpus() -> tuple[str, list[canary.GpuMemory]]:

@@ -5,11 +5,11 @@ Not part of `make test` (CI has no GPU): this is how tests/data/real-server/0.5.
 made (its README says when and where). Run it on the GPU machine from the repository root, with the
 toolkit's packages on the import path and the release's wheel FILES unpacked in a folder:
 
-    PYTHONPATH=module_utils /opt/torch/.venv/bin/python scripts/real_release_proof.py \\
+    PYTHONPATH=plugins/module_utils:plugins/plugin_utils /opt/torch/.venv/bin/python scripts/real_release_proof.py \\
         --wheels /tmp/bundle/wheels --out /tmp/proof --expect sglang-kernel=<sha256 of the index wheel>
 
 What it does, each step with the code a deploy runs on a host (roles/sglang_release/tasks/create.yml,
-library/sglang_release_install.py), and what each step saw is written to --out as it goes:
+plugins/modules/sglang_release_install.py), and what each step saw is written to --out as it goes:
   1. the release venv: `<base python> -m venv`, then the role's `zz-sglang-release-site-packages.pth`
      naming the base Python's site-packages (sglang_release_site_packages: a shared runtime whose torch
      2.11.0+cu130 stands in for the index's torch 2.11.0 and its CUDA wheels, several GB). Not
@@ -21,7 +21,7 @@ library/sglang_release_install.py), and what each step saw is written to --out a
   3. `install_argv(..., install_deps=False)`: pip install --no-index --no-deps of the FILES;
   4. `read_back` of every distribution (METADATA version; every file of the wheel against RECORD and the
      bytes on disk; the GPU code of the installed objects for the CUDA artifacts, with the build specs'
-     own verify rules from inventory/production/group_vars/all/build.yml, stack_cuda_arch 12.0);
+     own verify rules from roles/toolkit_defaults/defaults/main/build.yml, stack_cuda_arch 12.0);
   5. the ELF closure of the venv (elf_closure.scan_venv with the role's allowlist, CUDA_HOME/lib64 and the
      .pth's runtime as providers), as the module runs it;
   6. the import check (patches.import_check.check_imports) of sgl_kernel, SGLang's server modules, ...;
@@ -32,7 +32,7 @@ library/sglang_release_install.py), and what each step saw is written to --out a
      tests/data/real-server/0.5.13-h200-nvfp4-canary/), `--target kimi-nvfp4` takes that one instead.
 With --skipped-from-runtime (the re-run, rerun/ beside the first captures), the distributions pip skipped because the
 runtime already has that version are read from the runtime (OUT/from-runtime.json), and read_back runs on the others
-only: one wheel at a time and once with all of them, as library/sglang_release_install.py calls it.
+only: one wheel at a time and once with all of them, as plugins/modules/sglang_release_install.py calls it.
 Writes OUT/report.json (all of it), OUT/install.log, OUT/readback.json, OUT/closure.json, OUT/gpu-op.json,
 OUT/canary/... ; never prints the canary's API key.
 """
@@ -51,14 +51,15 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from sglang_sm120.build.elf_closure import pth_dirs, role_allowlist, scan_venv
+from sglang_sm120.build.elf_closure import pth_dirs, scan_venv
 from sglang_sm120.build.pipeline import normalize, wheel_name_version
 from sglang_sm120.files import file_sha256
 from sglang_sm120.patches.import_check import check_imports
 from sglang_sm120.release.install import find_dist, install_argv, read_back, release_wheels, site_packages
+from sglang_sm120_controller.toolkit_data import role_allowlist
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_SPECS = ROOT / "inventory/production/group_vars/all/build.yml"
+BUILD_SPECS = ROOT / "roles/toolkit_defaults/defaults/main/build.yml"
 PTH_NAME = "zz-sglang-release-site-packages.pth"  # roles/sglang_release/tasks/create.yml
 # distribution (normalized) -> the build spec whose verify rules apply (the CUDA artifacts of the stack)
 CUDA_ARTIFACTS = {"sglang-kernel": "sgl_kernel", "sgl-kernel": "sgl_kernel", "torch-memory-saver": "torch_memory_saver"}
@@ -260,7 +261,7 @@ def from_runtime(venv: Path, wheels: list[dict[str, Any]], skipped: list[str]) -
 
 
 def readback_together(venv: Path, wheels: list[dict[str, Any]], cuobjdump: str | None) -> dict[str, Any]:
-    """read_back once with all the wheels, as library/sglang_release_install.py calls it (a file two wheels
+    """read_back once with all the wheels, as plugins/modules/sglang_release_install.py calls it (a file two wheels
     both ship is judged only when read_back sees both)."""
     t0 = time.monotonic()
     try:
@@ -438,7 +439,7 @@ def main() -> int:
     else:
         argv = [python, str(Path(__file__).resolve()), "--phase", "canary", "--out", str(out / "canary"), "--target", args.target]
         argv += ["--budget", str(budget), "--sglang-version", args.sglang_version, *[f"--canary-arg={a}" for a in args.canary_arg]]
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "module_utils"), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils"), PYTHONUNBUFFERED="1")
 
         def canary_run() -> dict[str, Any]:
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=budget + 150, cwd=ROOT)

@@ -4,23 +4,23 @@
 Not part of `make test` (CI has no GPU): this is how tests/data/real-server/<version>-<gpu>/ captures
 are made (their README says when and where). It runs on a machine with a GPU, torch and an SGLang
 release importable (e.g. an unpacked bundle on PYTHONPATH); such a machine has no controller venv, so
-the toolkit's packages come from PYTHONPATH=module_utils too (bin/sglang-evidence, which it runs,
+the toolkit's packages come from PYTHONPATH=plugins/module_utils:plugins/plugin_utils too (sglang-evidence, which it runs,
 inherits it). From the repository root:
 
-    PYTHONPATH=module_utils:<unpacked bundle> python3 scripts/real_server_proof.py --out DIR \\
+    PYTHONPATH=plugins/module_utils:plugins/plugin_utils:<unpacked bundle> python3 scripts/real_server_proof.py --out DIR \\
         [--shape kimi|llama] [--start-budget 300]
 
 and does, with the project's code only:
-  1. tiny models of the target's architecture (module_utils/sglang_sm120/serve/tiny_models.py) from the configs in
+  1. tiny models of the target's architecture (plugins/module_utils/sglang_sm120/serve/tiny_models.py) from the configs in
      tests/data/models/ (kimi: Kimi-K2.5's DeepSeek-V3 text model with MLA and MoE, and its EAGLE-3
      draft; llama: a Llama-3.1-8B-shaped pair);
   2. an API-keys file as the sglang_service role writes it, and the server started as the unit starts
      it with a key: roles/sglang_service/files/key_redactor.py running `python -m sglang.launch_server ... --config`;
-  3. the start watched with the health gate's probe (module_utils/sglang_sm120/serve/health.py): every probe's
+  3. the start watched with the health gate's probe (plugins/module_utils/sglang_sm120/serve/health.py): every probe's
      time, status and phase, until healthy, exited or out of budget;
   4. once healthy: each endpoint with and without the key, the toolkit client's run (per-request
      accept length), the counters reset and SGLang's own bench_serving (server accept length), the
-     evidence snapshot (bench_client.evidence) and the judge's verdicts (bin/sglang-evidence);
+     evidence snapshot (bench_client.evidence) and the judge's verdicts (sglang-evidence);
   5. SIGTERM to the launcher, its exit status, and a scan of everything kept for the key.
 Writes DIR/<shape>/ (server.log, health.tsv, endpoints.tsv, ep-*.json, client-c1.json, bench.jsonl,
 evidence.json, verdicts.json, summary.json) and never prints the key.
@@ -143,7 +143,7 @@ def main() -> int:
 
     target_cfg, draft_cfg = SHAPES[args.shape]
     t = time.monotonic()
-    models = tiny_models.ensure(work / "models", ROOT / target_cfg, ROOT / draft_cfg, ROOT / "files/tokenizer")
+    models = tiny_models.ensure(work / "models", ROOT / target_cfg, ROOT / draft_cfg, ROOT / "roles/sglang_canary/files/tokenizer")
     summary["models"] = {
         "seconds": round(time.monotonic() - t, 2),
         "key": models["key"],
@@ -173,7 +173,7 @@ def main() -> int:
 
     if start["healthy"] is not None:
         summary["endpoints"] = endpoints(out)
-        prompts = str(ROOT / "files/benchmark/prompts.json")
+        prompts = str(ROOT / "roles/sglang_benchmark/files/prompts.json")
         t = time.monotonic()
         rc = bench_client.main(
             ["--url", URL, "--keys-file", str(keys), "--prompts", prompts, "--num-prompts", "8", "--output-len", "64",
@@ -183,14 +183,14 @@ def main() -> int:
         summary["toolkit_client"] = {"rc": rc, "seconds": round(time.monotonic() - t, 1), **{k: fig.get(k) for k in
                                      ("ok", "output_tok_s", "accept_length", "accept_source", "accept_note", "completed")}}  # fmt: skip
         reset = subprocess.run(
-            [sys.executable, str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py"), "--reset-accept-counters", "--url", URL,
+            [sys.executable, str(ROOT / "plugins/module_utils/sglang_sm120/serve/bench_client.py"), "--reset-accept-counters", "--url", URL,
              "--keys-file", str(keys), "--prompts", prompts],
             capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
         summary["reset"] = {"rc": reset.returncode, "stdout": reset.stdout[-500:], "stderr": reset.stderr[-500:]}
         t = time.monotonic()
         bench = subprocess.run(
-            [sys.executable, str(ROOT / "module_utils/sglang_sm120/serve/bench_client.py"), "--keys-file", str(keys),
+            [sys.executable, str(ROOT / "plugins/module_utils/sglang_sm120/serve/bench_client.py"), "--keys-file", str(keys),
              "--redact-after", str(out / "bench.jsonl"), "--exec", "--",
              sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", "--port", str(PORT),
              "--dataset-name", "sharegpt", "--dataset-path", prompts, "--num-prompts", "16", "--sharegpt-output-len", "64",
@@ -218,7 +218,7 @@ def main() -> int:
 
     if start["healthy"] is not None:
         judged = subprocess.run(
-            [sys.executable, str(ROOT / "bin/sglang-evidence"), "--journal", str(out / "server.log"), "--server-info",
+            [sys.executable, "-m", "sglang_sm120_controller.cli.sglang_evidence", "--journal", str(out / "server.log"), "--server-info",
              str(out / "server-info.json"), "--sglang-version", _sglang_version(), "--json", "--", *argv[:-2]],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

@@ -5,10 +5,10 @@
 
 For every entry of the index whose repository has a mirror, reads `git show <tag>:<path>`, and
 writes the entry as recorded: the commit the tag names, the file's sha256 and size, and what
-module_utils/sglang_sm120_controller/rehearsal/upstream.py extracts from it. An entry that cannot be read at its tag stays
+plugins/plugin_utils/sglang_sm120_controller/rehearsal/upstream.py extracts from it. An entry that cannot be read at its tag stays
 (or becomes) unchecked with the reason. The verbatim files go to
 $SGLANG_TOOLKIT_CACHE/upstream/<repo>/<tag>/<path> (.cache, not committed), where
-tests/test_upstream_reference.py checks them against the index when they are there.
+tests/unit/controller/test_upstream_reference.py checks them against the index when they are there.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@
 Prints one line per check, `PASS <name>: ...`, `FAIL <name>: <cause>` or `UNCHECKED <name>: <what
 could not be checked and why>` (an upstream file not read at its tag), then `N passed, M failed`
 (`, K unchecked` when some were); exits 1 when a check failed. The production specs are rendered by Ansible from
-inventory/production. Work and caches live in $SGLANG_TOOLKIT_CACHE/rehearsal (.cache/rehearsal).
+inventory/example-site (with the defaults of role toolkit_defaults). Work and caches live in
+$SGLANG_TOOLKIT_CACHE/rehearsal (.cache/rehearsal).
 See docs/testing.md "Rehearsal".
 """
 
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The toolkit's command-line tools: console scripts in the venv whose Python runs this script (make venv).
+BIN = Path(sys.executable).parent
 
 import yaml  # noqa: E402
 
@@ -91,6 +94,8 @@ CUOBJDUMP = CACHE / "test-tools" / "nvidia" / "cu13" / "bin" / "cuobjdump"
 RENDER = """- name: Render the production build specs and stack for make rehearsal
   hosts: gpu_hosts[0]
   gather_facts: false
+  roles:
+    - role: sm120.sglang.toolkit_defaults
   tasks:
     - name: Write them as JSON
       ansible.builtin.copy:
@@ -115,9 +120,6 @@ def render(inventory: Path, sglang: str | None = None) -> dict[str, Any]:
         playbook, out = Path(tmp) / "render.yml", Path(tmp) / "out.json"
         playbook.write_text(RENDER, encoding="utf-8")
         env = {**os.environ, "SGLANG_TOOLKIT_CACHE": str(CACHE), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-        # the playbooks' lookup plugins (the stack's versions may come from one), as for a playbook under playbooks/
-        plugins = [str(ROOT / "playbooks" / "lookup_plugins"), *filter(None, [os.environ.get("ANSIBLE_LOOKUP_PLUGINS")])]
-        env["ANSIBLE_LOOKUP_PLUGINS"] = ":".join(plugins)
         binary = shutil.which("ansible-playbook", path=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}") or "ansible-playbook"
         extra = ["-e", f"stack_sglang_version={sglang}"] if sglang else ["-e", "sglang_build_index_wheels=false"]
         proc = subprocess.run(
@@ -149,7 +151,7 @@ def python_tag() -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reduced", action="store_true", help="skip build venvs, the dependency closure and the release install")
-    parser.add_argument("--inventory", default=str(ROOT / "inventory" / "production"))
+    parser.add_argument("--inventory", default=str(ROOT / "inventory" / "example-site"))
     parser.add_argument("--specs-json", help="use these rendered specs (JSON: {specs, stack}) instead of rendering the inventory")
     parser.add_argument(
         "--sglang",
@@ -245,7 +247,7 @@ def main(argv: list[str]) -> int:
             run_check(
                 "cuda-arch vs cuobjdump",
                 check_cuda_arch_matches_cuobjdump,
-                ROOT / "bin" / "cuda-arch",
+                BIN / "cuda-arch",
                 str(CUOBJDUMP),
                 files,
                 sys.executable,

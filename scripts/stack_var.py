@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print one value of the stack (inventory/production/group_vars/all/stack.yml).
+"""Print one value of the stack (roles/toolkit_defaults/defaults/main/stack.yml).
 
 scripts/stack_var.py stack_cuda_version        -> 13.0.1
 scripts/stack_var.py stack_cuda_wheel_specs    -> one item a line
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-STACK = Path(__file__).resolve().parent.parent / "inventory/production/group_vars/all/stack.yml"
+STACK = Path(__file__).resolve().parent.parent / "roles/toolkit_defaults/defaults/main/stack.yml"
 
 
 def main(argv: list[str]) -> int:
@@ -31,8 +31,8 @@ def main(argv: list[str]) -> int:
     value = stack[argv[1]]
     if "{{" in str(value):
         print(
-            f"stack_var.py: {argv[1]} is derived by Ansible ({value}); render it with\n"
-            f"  ansible localhost -i inventory/production --playbook-dir playbooks -m debug -a var={argv[1]}",
+            f"stack_var.py: {argv[1]} is derived by Ansible ({value}); render it with a play that lists the role "
+            "sm120.sglang.toolkit_defaults (docs/reference.md)",
             file=sys.stderr,
         )
         return 2

@@ -19,8 +19,7 @@ fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt
-# The toolkit's own Python: module_utils/ is the one package root (sglang_sm120 ships to hosts,
-# sglang_sm120_controller stays here); bin/, scripts/, the lookup plugins and pytest import it from here.
-site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n' "$(cd "$(dirname "$0")/.." && pwd)/module_utils" > "$site/sglang_sm120.pth"
+# The toolkit's own Python (pyproject.toml: the host package, the controller package, the console scripts
+# sglang-flags, sglang-compat, ...), installed editable so that the checkout is what runs.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -e "$(cd "$(dirname "$0")/.." && pwd)"
 cp requirements.txt "$venv/.requirements"

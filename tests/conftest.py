@@ -1,5 +1,5 @@
 """Shared fixtures: the controller's real CUDA toolkit, the stack's values, the stand-in server (the toolkit's package root,
-module_utils/, is on the import path through the controller venv: scripts/venv.sh)."""
+plugins/module_utils and plugins/plugin_utils, is installed editable in the controller venv: scripts/venv.sh)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DATA = Path(__file__).resolve().parent / "data"
 
+# The toolkit's command-line tools: console scripts of pyproject.toml, installed into the venv by `make venv`.
+BIN = Path(sys.executable).parent
+
 
 def stack_value(name: str) -> object:
     import yaml
 
-    stack = yaml.safe_load((ROOT / "inventory/production/group_vars/all/stack.yml").read_text())
+    stack = yaml.safe_load((ROOT / "roles/toolkit_defaults/defaults/main/stack.yml").read_text())
     return stack[name]
 
 
@@ -95,8 +98,9 @@ def rehearsal_script() -> object:
 
 @pytest.fixture(scope="session")
 def rendered() -> dict:
-    """The production build specs and stack as the rehearsal renders them (tests/test_rehearsal.py, test_upstream_reference.py)."""
-    return rehearsal_script().render(ROOT / "inventory/production")  # type: ignore[attr-defined]
+    """The production build specs and stack as the rehearsal renders them (tests/unit/controller/test_rehearsal.py,
+    test_upstream_reference.py)."""
+    return rehearsal_script().render(ROOT / "inventory/example-site")  # type: ignore[attr-defined]
 
 
 @pytest.fixture()
@@ -116,7 +120,7 @@ UPSTREAM_INDEX = DATA / "upstream" / "index.yml"
 
 def upstream_reference() -> tuple[dict, dict, Any]:
     """The upstream build facts (tests/data/upstream-build-facts.yml), and the upstream reference index as
-    parsed and as load_reference types it (tests/test_rehearsal.py, test_upstream_reference.py); new objects
+    parsed and as load_reference types it (tests/unit/controller/test_rehearsal.py, test_upstream_reference.py); new objects
     at each call."""
     import yaml
 

@@ -1,5 +1,6 @@
 """The sglang_build_plan module's step, run in the controller's own process (no module run); its options,
-documentation and failures are the module's (library/sglang_build_plan.py). Why: module_utils/sglang_sm120_controller/in_process.py."""
+documentation and failures are the module's (plugins/modules/sglang_build_plan.py).
+Why: plugins/plugin_utils/sglang_sm120_controller/in_process.py."""
 
 from __future__ import annotations
 

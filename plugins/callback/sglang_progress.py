@@ -1,12 +1,7 @@
 # The toolkit's stdout callback: Ansible's default output, except that a task polled by
 # `until`/`retries` prints a progress line at a steady interval instead of `FAILED - RETRYING` at
-# every poll. Found by Ansible through ansible.cfg's callback_plugins; chosen by its stdout_callback.
+# every poll. Chosen by ansible.cfg's stdout_callback = sm120.sglang.sglang_progress.
 from __future__ import annotations
-
-from ansible import constants as C
-from ansible.plugins.callback.default import CallbackModule as DefaultCallback
-
-from sglang_sm120.progress import Progress, Throttle, clock, progress_line, retry_line
 
 DOCUMENTATION = """
 name: sglang_progress
@@ -16,7 +11,7 @@ description:
   - Prints what the C(ansible.builtin.default) callback prints, except for the retries of a task polled with
     C(until)/C(retries) (the build, the server's start, the benchmark) and the polls of an C(async) task.
   - A retry whose result carries C(progress) (what, phase, elapsed_s, timeout_s, last_log_line; the record of
-    module_utils/sglang_sm120/progress.py that sglang_build and sglang_health return while they wait) prints
+    plugins/module_utils/sglang_sm120/progress.py that sglang_build and sglang_health return while they wait) prints
     one line - what runs, its phase, the time elapsed and left before its timeout, and its log's last line - at
     its first poll and then at most once every O(progress_interval) seconds, whatever the poll interval is.
   - A retry without C(progress) prints, at the same interval, that the task still waits (attempt, retries left,
@@ -40,6 +35,11 @@ options:
 requirements:
   - set as stdout_callback in ansible.cfg (the toolkit's does)
 """
+
+from ansible import constants as C  # noqa: E402
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback  # noqa: E402
+
+from sglang_sm120.progress import Progress, Throttle, clock, progress_line, retry_line  # noqa: E402
 
 
 class CallbackModule(DefaultCallback):

@@ -1,4 +1,4 @@
-"""Documentation shared by the modules in library/ (extends_documentation_fragment).
+"""Documentation shared by the modules in plugins/modules/ (extends_documentation_fragment).
 
 A module's own entries win over a fragment's, key by key (Ansible merges each attribute's mapping),
 so a module names a fragment and gives only what differs, e.g. its own check_mode description.
@@ -15,7 +15,7 @@ attributes:
     description: Linux, on the hosts the toolkit manages (or the controller, where a task is delegated to it).
     support: full
     platforms: posix
-author: sglang-sm120 toolkit
+author: SGLang SM120 toolkit maintainers (@sm120)
 """
 
     # A module that only reads, computes or checks (sglang_sm120.read_only).
@@ -41,7 +41,7 @@ attributes:
     PATCH_MANIFEST = r"""
 options:
   manifest:
-    description: The parsed C(files/patches/manifest.yml).
+    description: The parsed C(roles/sglang_patches/files/patches/manifest.yml).
     type: dict
     required: true
   values:
@@ -54,7 +54,7 @@ options:
     START_FAILURES = r"""
 options:
   start_failures:
-    description: The catalogue of known start failures (files/start-failures.yml, parsed); empty runs no start gate.
+    description: The catalogue of known start failures (roles/sglang_launch/files/start-failures.yml, parsed); empty runs no start gate.
     type: dict
     default: {}
 """
@@ -65,7 +65,7 @@ options:
   lock_renewal:
     description:
       - The deploy lock this run holds - each call renews its heartbeat (C(renewed_at)) before it
-        polls, so a long wait keeps the lock alive (module_utils/sglang_sm120/release/lock.py, renew).
+        polls, so a long wait keeps the lock alive (plugins/module_utils/sglang_sm120/release/lock.py, renew).
         The call fails, naming the lock's holder now, if this run no longer holds it (broken by hand,
         or taken over once its heartbeat stopped).
       - Omitted or empty, nothing is renewed. Nothing is renewed in check mode.

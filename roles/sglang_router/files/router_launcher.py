@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Start SGLang's router with its API key read from a file, never from the command line, and register
 its workers, each with its own key, once it answers.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run the SGLang server with its API keys kept out of its output (and so out of the journal).
 
 SGLang reads its API keys only from its own flags; the sglang_service role hands them over in a
