@@ -19,7 +19,12 @@ from sglang_sm120.errors import ToolkitError, run_module
 
 # Also run as stand-alone scripts (copied as one file): they import nothing of the package, so
 # their exceptions cannot derive from ToolkitError; the package converts those that reach a module.
-STANDALONE = ("sglang_sm120.launch.server_args", "sglang_sm120.serve.tiny_models", "sglang_sm120.serve.bench_client")
+STANDALONE = (
+    "sglang_sm120.launch.server_args",
+    "sglang_sm120.serve.tiny_models",
+    "sglang_sm120.serve.bench_client",
+    "sglang_sm120.host.fabric",
+)
 LIBRARY = sorted((ROOT / "plugins" / "modules").glob("*.py"))
 
 
