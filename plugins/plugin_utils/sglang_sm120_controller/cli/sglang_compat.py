@@ -32,23 +32,14 @@ import sys
 from pathlib import Path
 
 from sglang_sm120.build.pipeline import find_cuobjdump
-from sglang_sm120.errors import ToolkitError
 from sglang_sm120.patches.errors import SglangPatchError
 from sglang_sm120.patches.manifest import load_manifest
 from sglang_sm120.release.venv import sglang_version
+from sglang_sm120_controller.cli import Parser, Usage
 from sglang_sm120_controller.compat import CompatError, check_release, format_table, render_profile, resolve
 from sglang_sm120_controller.index_wheels import IndexWheelError, release_costs, soname_majors
 from sglang_sm120_controller.paths import CACHE, DEFAULTS, MANIFEST
 from sglang_sm120_controller.pinned_stack import ReleaseStackError
-
-
-class Usage(ToolkitError):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise Usage(message)
 
 
 def runtime_python(cache_root: Path, version: str) -> str | None:

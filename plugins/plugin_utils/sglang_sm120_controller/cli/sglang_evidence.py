@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 
-from sglang_sm120.errors import ToolkitError
 from sglang_sm120.serve.evidence import (
     TRAFFIC_TAIL,
     VERSION_MAX,
@@ -29,23 +28,11 @@ from sglang_sm120.serve.evidence import (
     read_server_info,
     select_lines,
 )
-
-
-class Usage(ToolkitError):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise Usage(message)
+from sglang_sm120_controller.cli import Parser, Usage, split_flags
 
 
 def main(argv: list[str]) -> int:
-    if "--" in argv:
-        split = argv.index("--")
-        own, flags = argv[:split], argv[split + 1 :]
-    else:
-        own, flags = argv, None
+    own, flags = split_flags(argv)
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--journal", required=True, help="the server's log of one run")
     parser.add_argument("--server-info", help="a saved /server_info answer (JSON)")

@@ -50,28 +50,15 @@ import re
 import sys
 from pathlib import Path
 
-from sglang_sm120.errors import ToolkitError
 from sglang_sm120.launch.flags import FlagError, read_server_args
 from sglang_sm120.launch.start_failures import CatalogueError, FactsError, HostFacts, parse_env, read_host_facts
+from sglang_sm120_controller.cli import Parser, Usage, split_flags
 from sglang_sm120_controller.flag_gate import FlagSet, check_flag_sets
 from sglang_sm120_controller.paths import CACHE
 
 
-class Usage(ToolkitError):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise Usage(message)
-
-
 def main(argv: list[str]) -> int:
-    if "--" in argv:
-        split = argv.index("--")
-        own, flags = argv[:split], argv[split + 1 :]
-    else:
-        own, flags = argv, None
+    own, flags = split_flags(argv)
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--sglang", required=True, type=Path, help="sglang package directory, unpacked wheel, or wheel")
     parser.add_argument("--model-class", required=True, help='the target model class (config.json "architectures")')
