@@ -14,8 +14,11 @@ description:
   - Also gathers the host's facts the start-failure catalogue reads (plugins/module_utils/sglang_sm120/host/facts.py),
     namely the GPU link matrix (C(nvidia-smi topo -m)), the NVIDIA kernel module
     (C(/proc/driver/nvidia/version)), the IOMMU (C(/proc/cmdline), C(/sys/kernel/iommu_groups)),
-    ACS redirect on PCI bridges (C(lspci -vvv), as root) and FlashInfer's JIT toolchain (nvcc,
-    ninja, gcc, glibc). A fact that cannot be read is null, with the reason in RV(facts_unknown);
+    ACS redirect on PCI bridges (C(lspci -vvv), as root), FlashInfer's JIT toolchain (nvcc,
+    ninja, gcc, glibc), and the PCIe fabric's settings that hang or slow NCCL on 8x RTX PRO 6000 hosts
+    (nvidia_uvm's HMM, the ASPM policy and port power management, the driver's registry, each GPU's
+    power limits, persistence mode, BAR1 size, NUMA node and runtime power management, the CPU
+    sockets). A fact that cannot be read is null, with the reason in RV(facts_unknown);
     it is never a problem and never fails the module.
   - The result, saved as JSON, is a C(sglang-flags --host-facts) file. With O(save_facts) the
     module writes that file itself (the GPUs, memory and the gathered facts; not the free space,
@@ -213,6 +216,97 @@ acs_redirect_bridges:
   elements: str
   returned: always
   sample: ["00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])"]
+uvm_disable_hmm:
+  description:
+    - C(/sys/module/nvidia_uvm/parameters/uvm_disable_hmm) - false leaves nvidia_uvm's HMM on; null when nvidia_uvm is
+      not loaded (it loads at the first CUDA use).
+  type: bool
+  returned: always
+  sample: false
+pcie_cmdline:
+  description: The PCIe power-management switches on C(/proc/cmdline) (pcie_aspm, pcie_aspm.policy, pcie_port_pm).
+  type: dict
+  returned: always
+  sample: {pcie_aspm: "off", pcie_port_pm: "off"}
+pcie_aspm_policy:
+  description:
+    - C(off) with C(pcie_aspm=off) on the kernel command line, else the active policy of
+      C(/sys/module/pcie_aspm/parameters/policy) (C(default), C(performance), C(powersave), C(powersupersave)).
+  type: str
+  returned: always
+  sample: default
+pcie_port_pm:
+  description: C(off) or C(force) (C(pcie_port_pm=) on the kernel command line), else C(default).
+  type: str
+  returned: always
+  sample: default
+nvidia_registry_dwords:
+  description: C(RegistryDwords) of C(/proc/driver/nvidia/params) as written (empty - none set).
+  type: str
+  returned: always
+  sample: ForceP2P=0x11;RMForceP2PType=1;RMPcieP2PType=2;GrdmaPciTopoCheckOverride=1;EnableResizableBar=1
+nvidia_dynamic_power_management:
+  description: C(DynamicPowerManagement) of C(/proc/driver/nvidia/params).
+  type: int
+  returned: always
+  sample: 3
+cpu_sockets:
+  description: How many CPU packages C(/sys/devices/system/cpu/cpu*/topology/physical_package_id) name.
+  type: int
+  returned: always
+  sample: 2
+gpu_bus_ids:
+  description: GPU -> its PCI address as sysfs names it (C(nvidia-smi) C(pci.bus_id)).
+  type: dict
+  returned: always
+  sample: {GPU0: "0000:41:00.0"}
+gpu_numa_nodes:
+  description: GPU -> C(/sys/bus/pci/devices/<address>/numa_node) (-1 - none reported).
+  type: dict
+  returned: always
+  sample: {GPU0: 0}
+gpu_runtime_pm:
+  description: GPU -> C(/sys/bus/pci/devices/<address>/power/control) (C(auto) or C(on)).
+  type: dict
+  returned: always
+  sample: {GPU0: "on"}
+persistence_mode:
+  description: GPU -> persistence mode on (C(nvidia-smi) C(persistence_mode)).
+  type: dict
+  returned: always
+  sample: {GPU0: true}
+power_limit_w:
+  description: GPU -> its power limit in W (C(power.limit)).
+  type: dict
+  returned: always
+  sample: {GPU0: 600.0}
+power_default_limit_w:
+  description: GPU -> its default power limit in W (C(power.default_limit)).
+  type: dict
+  returned: always
+  sample: {GPU0: 600.0}
+power_max_limit_w:
+  description: GPU -> the highest power limit it takes in W (C(power.max_limit)).
+  type: dict
+  returned: always
+  sample: {GPU0: 600.0}
+gpus_power_below_default:
+  description: The GPUs whose power limit is below their default.
+  type: list
+  elements: str
+  returned: always
+  sample: [GPU2]
+bar1_total_mib:
+  description: GPU -> its BAR1 size in MiB (C(nvidia-smi -q -d MEMORY), BAR1 Memory Usage Total).
+  type: dict
+  returned: always
+  sample: {GPU0: 98304}
+gpus_bar1_below_memory:
+  description: The GPUs whose BAR1 is smaller than their memory (FB Memory Usage Total).
+  type: list
+  elements: str
+  returned: always
+  sample: []
 nvcc_path:
   description: The nvcc read (O(cuda_home)/bin/nvcc, else PATH).
   type: str

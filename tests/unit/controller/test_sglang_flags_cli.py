@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_host_facts import EIGHT_GPUS, HF, FakeHost
 from test_server_args_check import REMOTE_CODE_STANDIN, eagle3_recipe
 
 from conftest import BIN, CACHE, DATA, needed
+from sglang_sm120.host.nvidia_smi import parse_query_output
 from sglang_sm120.launch.flag_check import check_launch
 from sglang_sm120.launch.start_failures import (
     Context,
@@ -654,3 +656,72 @@ def test_the_warm_checker_keeps_sglang_imported_for_the_next_checks(kimi: Path, 
                     os.kill(int(found.group(1)), signal.SIGTERM)
     bad = run(*args[:-2], "--warm", "-1", "--", *EAGLE, *RECIPE, env=env)
     assert bad.returncode == 2 and "--warm takes seconds, 0 or more" in bad.stderr
+
+
+# --- the PCIe fabric's host facts through --host-facts ----------------------------------------------
+
+# entry -> (the fact, its value on a host that hangs NCCL, how the evidence names it, a piece of the fix)
+FABRIC = {
+    "nccl-p2p-uvm-hmm-on": ("uvm_disable_hmm", False, "host uvm_disable_hmm false", "options nvidia_uvm uvm_disable_hmm=1"),
+    "nccl-p2p-iommu-translated": ("iommu_mode", "translated", "host iommu_mode translated", "boot with iommu=off"),
+    "pcie-aspm-surprise-link-down": ("pcie_aspm_policy", "default", "host pcie_aspm_policy default", "add pcie_aspm=off pcie_port_pm=off"),
+}
+MULTI_GPU = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8"]
+
+
+def saved_facts(path: Path, folder: str, **changes: Any) -> Path:
+    """A host-facts file as preflight saves it: the GPU query's parse and what gather reads from a
+    tests/data/host-facts folder, with `changes` on top."""
+    gpus = [g.as_dict() for g in parse_query_output(EIGHT_GPUS.read_text())]
+    path.write_text(json.dumps({"changed": False, "gpus": gpus, **FakeHost(HF / folder).gather().as_dict(), **changes}))
+    return path
+
+
+def gate_on(facts: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """sglang-flags on the static table (no runtime asked for): the catalogue on the flags as typed."""
+    return run("--sglang", TREE, "--model-class", KIMI, "--python", "/nonexistent/python", "--host-facts", facts, "--", *argv)
+
+
+def said(out: subprocess.CompletedProcess[str], entry_id: str) -> str:
+    return next(line for line in out.stdout.splitlines() if f"[{entry_id}]" in line)
+
+
+@pytest.mark.parametrize("entry_id", sorted(FABRIC))
+def test_a_fabric_condition_refuses_a_multi_gpu_plan_naming_the_fact_and_the_fix(entry_id: str, tmp_path: Path) -> None:
+    """The 8x RTX PRO 6000 host with the operators' fixes (tests/data/host-facts/rtx-pro-6000-pcie) is the
+    control: the plan passes there; the same host with one fact put back refuses it, naming that fact
+    and the fix; a one-GPU plan on it is not refused."""
+    fact, value, evidence, fix = FABRIC[entry_id]
+    control = gate_on(saved_facts(tmp_path / "control.json", "rtx-pro-6000-pcie"), *MULTI_GPU)
+    assert control.returncode == 0 and control.stdout.splitlines()[-1] == "flags accepted", control.stdout + control.stderr
+    assert said(control, entry_id).startswith(f"ok: [{entry_id}]")
+    bad = saved_facts(tmp_path / f"{fact}.json", "rtx-pro-6000-pcie", **{fact: value})
+    out = gate_on(bad, *MULTI_GPU)
+    assert out.returncode == 1, out.stdout + out.stderr
+    refused = [line for line in out.stdout.splitlines() if line.startswith("refused: ")]
+    assert len(refused) == 1 and refused[0].startswith(f"refused: [{entry_id}]"), out.stdout
+    assert "--tp-size 8 (> 1)" in refused[0] and evidence in refused[0] and fix in refused[0], refused[0]
+    assert "voipmonitor/rtx6kpro " in refused[0] and out.stdout.splitlines()[-1] == "flags refused: 1 problem(s)"
+    one_gpu = gate_on(bad, "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "1")
+    assert one_gpu.returncode == 0 and said(one_gpu, entry_id).startswith(f"ok: [{entry_id}]"), one_gpu.stdout
+
+
+def test_the_host_as_installed_is_refused_for_all_three_and_warned_about_what_only_slows_it(tmp_path: Path) -> None:
+    """tests/data/host-facts/rtx-pro-6000-stock: HMM on, the default ASPM policy, a translating IOMMU, two
+    GPUs power-limited to 300 W, BAR1 at 256 MiB; --json carries every verdict with its evidence."""
+    out = run(
+        "--sglang", TREE, "--model-class", KIMI, "--python", "/nonexistent/python", "--json",
+        "--host-facts", saved_facts(tmp_path / "stock.json", "rtx-pro-6000-stock"), "--", *MULTI_GPU,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    verdicts = {v["id"]: v for v in json.loads(out.stdout)["start_failures"]["verdicts"]}
+    assert sorted(i for i, v in verdicts.items() if v["verdict"] == "refused") == sorted(FABRIC)
+    assert sorted(i for i, v in verdicts.items() if v["verdict"] == "warning") == ["gpu-bar1-below-memory", "gpu-power-limit-below-default"]
+    assert (
+        "host gpus_power_below_default: GPU2 300 W (default 600 W), GPU3 300 W (default 600 W)"
+        in verdicts["gpu-power-limit-below-default"]["evidence"]
+    )
+    # unknown is never a pass: a file without the facts (the RTX PRO 6000 fixture of the GPU query alone)
+    bare = gate_on(HOST8, *MULTI_GPU)
+    for entry_id in FABRIC:
+        assert said(bare, entry_id).startswith(f"unknown: [{entry_id}]") and "not in the file" in said(bare, entry_id)

@@ -16,24 +16,40 @@ import pytest
 
 from conftest import DATA
 from sglang_sm120.host.facts import (
+    CPUS,
     FACT_KEYS,
     FACTS,
+    GPU_FACTS,
+    GPU_QUERY,
+    MEMORY_QUERY,
+    PCI_DEVICES,
     GatheredFacts,
     HostFactsParseError,
+    aspm_policy,
+    below,
+    check_facts,
     gather,
     iommu_mode,
     p2p_supported,
+    parse_aspm_policy,
     parse_cmdline,
     parse_driver_version_file,
     parse_gcc_version,
     parse_glibc_version,
+    parse_gpu_power,
     parse_lspci,
+    parse_memory_report,
+    parse_module_bool,
     parse_ninja_version,
     parse_nvcc_version,
+    parse_nvidia_params,
     parse_p2p,
+    parse_pcie_cmdline,
     parse_topology,
     pcie_only,
+    pcie_port_pm,
     strip_ansi,
+    sysfs_address,
 )
 from sglang_sm120.host.nvidia_smi import parse_query_output
 from sglang_sm120.launch.start_failures import Context, evaluate_entry, parse_argv, parse_host_facts, read_host_facts
@@ -44,6 +60,14 @@ H200 = HF / "h200-real"
 TOOLCHAIN = ("nvcc.txt", "ninja.txt", "gcc.txt", "ldd.txt", "libc.txt")
 ENTRIES = {e.id: e for e in load_catalogue()}
 NEW_ENTRIES = ("nccl-p2p-acs-redirect", "nccl-p2p-iommu-translated", "flashinfer-jit-nvcc-too-old", "flashinfer-jit-toolchain-missing")
+# the PCIe fabric's entries: the three that hang NCCL (refused) and the two that only slow it (warnings)
+FABRIC_REFUSALS = ("nccl-p2p-iommu-translated", "nccl-p2p-uvm-hmm-on", "pcie-aspm-surprise-link-down")
+FABRIC_WARNINGS = ("gpu-power-limit-below-default", "gpu-bar1-below-memory")
+FABRIC_ENTRIES = FABRIC_REFUSALS + FABRIC_WARNINGS
+EIGHT_GPUS = DATA / "nvidia-smi" / "eight-rtx-pro-6000.txt"
+UVM = "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm"
+ASPM = "/sys/module/pcie_aspm/parameters/policy"
+QUERY = " ".join(GPU_QUERY)
 
 
 def text(host: str, name: str) -> str:
@@ -51,19 +75,28 @@ def text(host: str, name: str) -> str:
 
 
 class FakeHost:
-    """Commands and files of a fixture folder: nvidia-smi topo -m -> topo-m.txt, lspci -vvv ->
-    lspci-vvv.txt, /proc/... -> proc-....txt, /sys/kernel/iommu_groups -> iommu-groups.txt ("N
-    type" lines; absent: an empty folder, as on the real H200), the toolchain from the folder or
-    else from h200-real. A command whose file is absent is not installed."""
+    """Commands and files of a fixture folder: nvidia-smi topo -m -> topo-m.txt (the other nvidia-smi
+    captures in NVIDIA_SMI), lspci -vvv -> lspci-vvv.txt, /proc/... and /sys/module/... ->
+    proc-....txt / sys-module-....txt, /sys/kernel/iommu_groups -> iommu-groups.txt ("N type" lines;
+    absent: an empty folder, as on the real H200), /sys/bus/pci/devices/<address>/<attribute> ->
+    pci-devices.txt ("address attribute value" lines), /sys/devices/system/cpu/cpuN/topology/
+    physical_package_id -> cpu-packages.txt ("cpuN package" lines), the toolchain from the folder or
+    else from h200-real. A command whose file is absent is not installed; nvidia-smi is installed when
+    one of its captures is there, and answers what was not captured with an error."""
 
     COMMANDS: ClassVar[dict[str, str]] = {
-        "nvidia-smi": "topo-m.txt",
         "nvcc": "nvcc.txt",
         "ninja": "ninja.txt",
         "gcc": "gcc.txt",
         "c++": "cxx.txt",
         "lspci": "lspci-vvv.txt",
         "ldd": "ldd.txt",
+    }
+    NVIDIA_SMI: ClassVar[dict[tuple[str, ...], str]] = {
+        ("topo", "-m"): "topo-m.txt",
+        ("topo", "-p2p", "r"): "topo-p2p-r.txt",
+        GPU_QUERY: "gpu-query.txt",
+        MEMORY_QUERY: "q-memory.txt",
     }
     CUDA_NVCC = "/usr/local/cuda-13.0/bin/nvcc"  # the only absolute path installed: the build's CUDA
 
@@ -78,6 +111,8 @@ class FakeHost:
 
     def which(self, name: str) -> Optional[str]:
         base = name.rsplit("/", 1)[-1]
+        if base == "nvidia-smi":
+            return f"/usr/bin/{name}" if any(self.file(capture) for capture in self.NVIDIA_SMI.values()) else None
         if base == "c++" and not self.file("cxx.txt"):
             # the captures predate the C++ compiler probe (only `which` is asked, no output): a host
             # whose gcc was captured is taken to have the GNU C++ driver beside it
@@ -87,9 +122,9 @@ class FakeHost:
         return name if name.startswith("/") else f"/usr/bin/{name}"
 
     def run(self, argv: Sequence[str]) -> tuple[int, str, str]:
-        if list(argv[1:]) == ["topo", "-p2p", "r"]:  # a second capture of nvidia-smi; absent: not captured
-            path = self.file("topo-p2p-r.txt")
-            return (0, path.read_text(), "") if path else (1, "", "topo -p2p r not captured for this fixture host")
+        if argv[0].endswith("nvidia-smi"):
+            path = self.file(self.NVIDIA_SMI.get(tuple(argv[1:]), "-"))
+            return (0, path.read_text(), "") if path else (1, "", f"{' '.join(argv[1:])} not captured for this fixture host")
         path = self.file(self.COMMANDS[argv[0].rsplit("/", 1)[-1]])
         assert path is not None, argv
         return 0, path.read_text(), ""
@@ -98,16 +133,34 @@ class FakeHost:
         if path.startswith("/sys/kernel/iommu_groups/"):
             group = path.split("/")[4]
             return dict(self.groups())[group] + "\n"
+        listed = {
+            f"{PCI_DEVICES}/": ("pci-devices.txt", lambda line: f"{PCI_DEVICES}/{line[0]}/{line[1]}"),
+            f"{CPUS}/": ("cpu-packages.txt", lambda line: f"{CPUS}/{line[0]}/topology/physical_package_id"),
+        }
+        for prefix, (name, where) in listed.items():
+            if path.startswith(prefix):
+                values = {where(line.split()): " ".join(line.split()[-1:]) for line in self.lines(name)}
+                if path not in values:
+                    raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+                return values[path] + "\n"
         local = self.file(path.strip("/").replace("/", "-") + ".txt")
         if local is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
         return local.read_text()
 
+    def lines(self, name: str) -> list[str]:
+        listing = self.file(name)
+        return [line for line in listing.read_text().splitlines() if line.strip()] if listing else []
+
     def groups(self) -> list[tuple[str, str]]:
-        listing = self.file("iommu-groups.txt")
-        return [tuple(line.split()) for line in listing.read_text().splitlines()] if listing else []  # type: ignore[misc]
+        return [tuple(line.split()) for line in self.lines("iommu-groups.txt")]  # type: ignore[misc]
 
     def listdir(self, path: str) -> list[str]:
+        if path == CPUS:
+            if not self.file("cpu-packages.txt"):
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+            # what else the real folder holds, which is no CPU
+            return [line.split()[0] for line in self.lines("cpu-packages.txt")] + ["cpufreq", "cpuidle", "online", "possible"]
         assert path == "/sys/kernel/iommu_groups"
         return [group for group, _ in self.groups()]
 
@@ -151,6 +204,15 @@ def test_real_h200_gathered_exactly() -> None:
         "iommu_mode": "off",
         "acs_redirect": None,
         "acs_redirect_bridges": None,
+        # the capture predates the PCIe-fabric facts: only the command line was there to read
+        "uvm_disable_hmm": None,
+        "pcie_cmdline": {},
+        "pcie_aspm_policy": None,
+        "pcie_port_pm": "default",
+        "nvidia_registry_dwords": None,
+        "nvidia_dynamic_power_management": None,
+        "cpu_sockets": None,
+        **dict.fromkeys(GPU_FACTS),
         "nvcc_path": "/usr/local/cuda-13.0/bin/nvcc",
         "nvcc_version": "13.0",
         "ninja_version": "1.13.2",
@@ -170,6 +232,12 @@ def test_real_h200_gathered_exactly() -> None:
             "p2p_supported": "1 GPU in nvidia-smi topo -p2p r: no GPU pair",
             "acs_redirect": "lspci not found (install pciutils to read the bridges' ACS settings)",
             "acs_redirect_bridges": "lspci not found (install pciutils to read the bridges' ACS settings)",
+            "uvm_disable_hmm": f"{UVM} does not exist (nvidia_uvm is not loaded: it loads at the first CUDA use; or not on x86_64)",
+            "pcie_aspm_policy": "/sys/module/pcie_aspm/parameters/policy does not exist (a kernel without PCIe ASPM support)",
+            "nvidia_registry_dwords": "/proc/driver/nvidia/params does not exist (is the NVIDIA kernel module loaded?)",
+            "nvidia_dynamic_power_management": "/proc/driver/nvidia/params does not exist (is the NVIDIA kernel module loaded?)",
+            "cpu_sockets": "cannot list /sys/devices/system/cpu: No such file or directory",
+            **dict.fromkeys(GPU_FACTS, f"/usr/bin/nvidia-smi {QUERY} exited 1: {QUERY} not captured for this fixture host"),
         },
     }
 
@@ -221,6 +289,64 @@ def test_eight_gpu_pcie_host() -> None:
     assert facts.iommu_cmdline == {"amd_iommu": "on", "iommu": "pt"}
     assert (facts.iommu_groups, facts.iommu_group_types, facts.iommu_mode) == (48, {"identity": 48}, "passthrough")
     assert (facts.acs_redirect, facts.acs_redirect_bridges) == (False, [])
+    # the operators' fixes applied (voipmonitor/rtx6kpro): HMM off, ASPM and port PM off, ForceP2P
+    assert facts.uvm_disable_hmm is True
+    assert (facts.pcie_cmdline, facts.pcie_aspm_policy, facts.pcie_port_pm) == ({"pcie_aspm": "off", "pcie_port_pm": "off"}, "off", "off")
+    forced = "ForceP2P=0x11;RMForceP2PType=1;RMPcieP2PType=2;GrdmaPciTopoCheckOverride=1;EnableResizableBar=1"
+    assert (facts.nvidia_registry_dwords, facts.nvidia_dynamic_power_management, facts.cpu_sockets) == (forced, 3, 2)
+    gpus = [f"GPU{i}" for i in range(8)]
+    assert facts.gpu_bus_ids == dict(zip(gpus, [f"0000:{b}:00.0" for b in ("41", "42", "61", "62", "c1", "c2", "e1", "e2")]))
+    assert facts.gpu_numa_nodes == dict(zip(gpus, [0, 0, 0, 0, 1, 1, 1, 1])) and facts.gpu_runtime_pm == dict.fromkeys(gpus, "on")
+    assert facts.persistence_mode == dict.fromkeys(gpus, True)
+    assert facts.power_limit_w == facts.power_default_limit_w == facts.power_max_limit_w == dict.fromkeys(gpus, 600.0)
+    assert facts.bar1_total_mib == dict.fromkeys(gpus, 98304)
+    assert facts.gpus_power_below_default == facts.gpus_bar1_below_memory == []
+
+
+def test_the_stock_host_reads_as_installed() -> None:
+    """The same host before the operators' fixes: HMM on, ASPM left to the default policy, the IOMMU
+    translating, no registry settings, persistence off, two GPUs power-limited, BAR1 at 256 MiB."""
+    facts = FakeHost(HF / "rtx-pro-6000-stock").gather()
+    assert_unknown_has_reasons(facts)
+    assert facts.uvm_disable_hmm is False and facts.iommu_mode == "translated"
+    assert (facts.pcie_cmdline, facts.pcie_aspm_policy, facts.pcie_port_pm) == ({}, "default", "default")
+    assert (facts.nvidia_registry_dwords, facts.nvidia_dynamic_power_management) == ("", 3)
+    assert facts.persistence_mode == {f"GPU{i}": False for i in range(8)}
+    assert facts.gpu_runtime_pm == {f"GPU{i}": "auto" for i in range(8)}
+    assert facts.gpus_power_below_default == ["GPU2", "GPU3"] and facts.power_limit_w["GPU2"] == 300.0  # type: ignore[index]
+    assert facts.bar1_total_mib == {f"GPU{i}": 256 for i in range(8)} and facts.gpus_bar1_below_memory == [f"GPU{i}" for i in range(8)]
+
+
+def test_real_h100_fabric_facts() -> None:
+    """The project's GPU machine as captured on 2026-12-06 (h100-real/README.md): one H100 in a VM,
+    nvidia_uvm loaded with HMM on (N), the kernel's default ASPM policy, no IOMMU, one socket."""
+    facts = FakeHost(HF / "h100-real").gather()
+    assert_unknown_has_reasons(facts)
+    assert (facts.uvm_disable_hmm, facts.pcie_aspm_policy, facts.pcie_port_pm, facts.iommu_mode) == (False, "default", "default", "off")
+    assert (facts.nvidia_registry_dwords, facts.nvidia_dynamic_power_management, facts.cpu_sockets) == ("", 3, 1)
+    assert (facts.gpu_bus_ids, facts.gpu_numa_nodes, facts.gpu_runtime_pm) == ({"GPU0": "0000:00:06.0"}, {"GPU0": -1}, {"GPU0": "on"})
+    assert facts.persistence_mode == {"GPU0": True}
+    assert (facts.power_limit_w, facts.power_default_limit_w, facts.power_max_limit_w) == ({"GPU0": 700.0},) * 3
+    assert (facts.bar1_total_mib, facts.gpus_bar1_below_memory, facts.gpus_power_below_default) == ({"GPU0": 131072}, [], [])
+    assert parse_memory_report(text("h100-real", "q-memory.txt")) == {"0000:00:06.0": (81559, 131072)}
+    # not captured there: the matrices (their own capture is the H200's), lspci
+    assert facts.facts_unknown["gpu_topology"].endswith("topo -m not captured for this fixture host")
+
+
+def test_malformed_fabric_files_are_unknown_with_what_was_expected() -> None:
+    facts = FakeHost(HF / "fabric-malformed").gather()
+    assert_unknown_has_reasons(facts)
+    unknown = facts.facts_unknown
+    assert unknown["uvm_disable_hmm"] == f"expected Y or N (or 1 or 0) in {UVM}, found 'maybe'"
+    assert unknown["pcie_aspm_policy"].startswith("expected the ASPM policies (default, performance, powersave, powersupersave)")
+    assert "with the active one in [brackets]" in unknown["pcie_aspm_policy"]
+    assert unknown["nvidia_registry_dwords"].startswith("expected a 'RegistryDwords: \"...\"' line in /proc/driver/nvidia/params")
+    assert unknown["cpu_sockets"] == f"{CPUS}/cpu0/topology/physical_package_id holds 'x', not a number"
+    for fact in GPU_FACTS:  # the identity query's line, not the fabric query's
+        assert "line 1: expected 6 comma-separated fields (index, pci.bus_id, persistence_mode" in unknown[fact], fact
+    assert facts.pcie_port_pm == "default"  # the command line was readable
+    with pytest.raises(HostFactsParseError, match=r"GPU 0000:41:00.0: expected FB Memory Usage and BAR1 Memory Usage with a Total each"):
+        parse_memory_report(text("fabric-malformed", "q-memory.txt"))
 
 
 def test_nvlink_host_is_not_pcie_only_and_nics_are_left_out() -> None:
@@ -286,6 +412,17 @@ def test_redirect_on_an_endpoint_is_not_a_bridge_redirect() -> None:
         (parse_ninja_version, "ninja: unknown\n", "expected a version such as 1.11.1 from ninja --version"),
         (parse_gcc_version, "Ubuntu clang version 18.1.3 (1ubuntu1)\n", "expected 'gcc (...) X.Y.Z'"),
         (parse_glibc_version, "musl libc (x86_64)\nVersion 1.2.4\n", "(not glibc?)"),
+        (lambda t: parse_module_bool(t, UVM), "", f"expected Y or N (or 1 or 0) in {UVM}, found ''"),
+        (parse_aspm_policy, "[default] [performance]\n", "with the active one in [brackets]"),
+        (parse_aspm_policy, "[fast] performance\n", "expected the ASPM policies"),
+        (sysfs_address, "GPU-1234", "expected a PCI bus id such as 00000000:18:00.0, found 'GPU-1234'"),
+        (parse_gpu_power, "", "printed no GPU"),
+        (parse_gpu_power, "x, 00000000:01:00.0, Enabled, 1, 1, 1\n", "line 1: GPU index is not a number: 'x'"),
+        (parse_gpu_power, "0, 00000000:01:00.0, On, 1, 1, 1\n", "persistence_mode should be Enabled or Disabled, found 'On'"),
+        (parse_gpu_power, "0, 00000000:01:00.0, Enabled, 600 W, 1, 1\n", "power.limit should be watts such as 600.00 or [N/A]"),
+        (parse_memory_report, "NVIDIA-SMI has failed\n", "expected nvidia-smi -q -d MEMORY output"),
+        (parse_memory_report, "GPU 00000000:01:00.0\n    BAR1 Memory Usage\n        Total : lots\n", "expected 'Total : N MiB'"),
+        (parse_nvidia_params, "", "expected a 'RegistryDwords: \"...\"' line in /proc/driver/nvidia/params"),
     ],
 )
 def test_malformed_input_says_what_was_expected(parse: Any, given: str, message: str) -> None:
@@ -379,22 +516,62 @@ def saved(tmp_path: Path, host: FakeHost, query: Path) -> Path:
     return path
 
 
-def verdicts(path: Path, argv: Sequence[str] = ("--tp-size", "8"), env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def verdicts(
+    path: Path, argv: Sequence[str] = ("--tp-size", "8"), env: Optional[dict[str, str]] = None, ids: Sequence[str] = NEW_ENTRIES
+) -> dict[str, Any]:
     ctx = Context(flags=parse_argv(list(argv)), env=env or {}, version="0.5.9", capability="12.0", host=read_host_facts(path))
-    return {i: evaluate_entry(ENTRIES[i], ctx) for i in NEW_ENTRIES}
+    return {i: evaluate_entry(ENTRIES[i], ctx) for i in ids}
 
 
 def test_the_pcie_host_passes_the_new_entries(tmp_path: Path) -> None:
-    path = saved(tmp_path, FakeHost(HF / "rtx-pro-6000-pcie"), DATA / "nvidia-smi" / "eight-rtx-pro-6000.txt")
+    path = saved(tmp_path, FakeHost(HF / "rtx-pro-6000-pcie"), EIGHT_GPUS)
     assert {i: v.verdict for i, v in verdicts(path).items()} == dict.fromkeys(NEW_ENTRIES, "ok")
+    found = verdicts(path, ids=FABRIC_ENTRIES)
+    assert {i: v.verdict for i, v in found.items()} == dict.fromkeys(FABRIC_ENTRIES, "ok"), [v.text() for v in found.values()]
+    assert "host uvm_disable_hmm true" in found["nccl-p2p-uvm-hmm-on"].text()
+    assert "host pcie_aspm_policy off" in found["pcie-aspm-surprise-link-down"].text()
+    assert "host gpus_power_below_default: none" in found["gpu-power-limit-below-default"].text()
+
+
+def test_the_stock_host_is_refused_for_each_fabric_condition(tmp_path: Path) -> None:
+    """A multi-GPU plan on the host as installed: the three conditions that hang NCCL refused, naming
+    the fact and the fix, the two that only slow it warned about with their figures; one GPU is refused nothing."""
+    path = saved(tmp_path, FakeHost(HF / "rtx-pro-6000-stock"), EIGHT_GPUS)
+    found = verdicts(path, ids=FABRIC_ENTRIES)
+    assert {i: v.verdict for i, v in found.items()} == {
+        **dict.fromkeys(FABRIC_REFUSALS, "refused"),
+        **dict.fromkeys(FABRIC_WARNINGS, "warning"),
+    }
+    for entry_id, fact in (
+        ("nccl-p2p-iommu-translated", "host iommu_mode translated"),
+        ("nccl-p2p-uvm-hmm-on", "host uvm_disable_hmm false"),
+        ("pcie-aspm-surprise-link-down", "host pcie_aspm_policy default"),
+        ("gpu-power-limit-below-default", "host gpus_power_below_default: GPU2 300 W (default 600 W), GPU3 300 W (default 600 W)"),
+        ("gpu-bar1-below-memory", "host gpus_bar1_below_memory: GPU0 BAR1 256 MiB, GPU1 BAR1 256 MiB"),
+    ):
+        assert fact in found[entry_id].text() and ENTRIES[entry_id].fix in found[entry_id].text(), found[entry_id].text()
+    one_gpu = verdicts(path, argv=(), ids=FABRIC_REFUSALS)
+    assert {i: v.verdict for i, v in one_gpu.items()} == dict.fromkeys(FABRIC_REFUSALS, "ok")
+    # the power limit slows one GPU as much as eight
+    assert verdicts(path, argv=(), ids=["gpu-power-limit-below-default"])["gpu-power-limit-below-default"].verdict == "warning"
+
+
+def test_fabric_facts_not_read_are_unknown_never_ok(tmp_path: Path) -> None:
+    """The real H200 capture has none of the new files, the malformed host none that reads: every
+    fabric entry that needs them is unknown for a multi-GPU plan, with the reason."""
+    for folder in (H200, HF / "fabric-malformed"):
+        found = verdicts(saved(tmp_path, FakeHost(folder), EIGHT_GPUS), ids=FABRIC_ENTRIES[1:])
+        assert {i: v.verdict for i, v in found.items()} == dict.fromkeys(FABRIC_ENTRIES[1:], "unknown"), folder
+    hmm = verdicts(saved(tmp_path, FakeHost(H200), EIGHT_GPUS), ids=["nccl-p2p-uvm-hmm-on"])["nccl-p2p-uvm-hmm-on"]
+    assert f"host uvm_disable_hmm unknown ({UVM} does not exist (nvidia_uvm is not loaded" in hmm.text(), hmm.text()
 
 
 def test_the_acs_host_is_refused_until_p2p_is_off(tmp_path: Path) -> None:
-    path = saved(tmp_path, FakeHost(HF / "acs-redirect"), DATA / "nvidia-smi" / "eight-rtx-pro-6000.txt")
+    path = saved(tmp_path, FakeHost(HF / "acs-redirect"), EIGHT_GPUS)
     found = verdicts(path)
     acs = found["nccl-p2p-acs-redirect"]
     assert acs.verdict == "refused" and "host acs_redirect true (bridges 00:03.1, 00:03.2)" in acs.text(), acs.text()
-    assert found["nccl-p2p-iommu-translated"].verdict == "warning"
+    assert found["nccl-p2p-iommu-translated"].verdict == "refused"
     off = verdicts(path, env={"NCCL_P2P_DISABLE": "1"})
     assert off["nccl-p2p-acs-redirect"].verdict == off["nccl-p2p-iommu-translated"].verdict == "ok"
     one_gpu = verdicts(path, argv=())
@@ -511,3 +688,122 @@ def test_cccl_headers_are_read_where_the_real_toolkit_keeps_them(cuda_home: Path
     (bare / "bin").mkdir(parents=True)
     (bare / "bin" / "nvcc").write_text("")
     assert facts(bare).cuda_cccl_headers is False
+
+
+# --- the PCIe fabric's parsers ----------------------------------------------------------------------
+
+
+def test_module_bool_and_aspm_policy() -> None:
+    assert [parse_module_bool(v, UVM) for v in ("Y\n", "N\n", "1", "0")] == [True, False, True, False]
+    real = text("h100-real", "sys-module-pcie_aspm-parameters-policy.txt")
+    assert real == "[default] performance powersave powersupersave \n" and parse_aspm_policy(real) == "default"
+    assert parse_aspm_policy("default [performance] powersave powersupersave\n") == "performance"
+    assert parse_aspm_policy("default performance [powersave]\n") == "powersave"  # kernels before powersupersave
+
+
+@pytest.mark.parametrize(
+    ("pcie", "policy", "expected"),
+    [
+        ({"pcie_aspm": "off"}, None, ("off", "pcie_aspm=off on the kernel command line")),
+        ({"pcie_aspm": "off", "pcie_port_pm": "off"}, "default", ("off", "pcie_aspm=off on the kernel command line")),
+        ({"pcie_aspm": "force"}, "powersave", ("powersave", f"the active policy of {'/sys/module/pcie_aspm/parameters/policy'}")),
+        (
+            {"pcie_aspm.policy": "performance"},
+            "performance",
+            ("performance", "the active policy of /sys/module/pcie_aspm/parameters/policy"),
+        ),
+        ({}, None, (None, "the file's reason")),
+        (None, "performance", ("performance", "the active policy of /sys/module/pcie_aspm/parameters/policy")),
+        (None, "default", (None, "ASPM policy default, and /proc/cmdline could not be read to see whether pcie_aspm=off")),
+    ],
+)
+def test_aspm_policy_is_off_only_from_the_command_line(pcie: Any, policy: Optional[str], expected: tuple[Optional[str], str]) -> None:
+    assert aspm_policy(pcie, policy, "the file's reason") == expected
+
+
+def test_pcie_switches_and_port_pm() -> None:
+    line = "ro pcie_aspm=off pcie_port_pm=off pcie_aspm.policy=performance iommu=pt -- pcie_port_pm=force"
+    assert parse_pcie_cmdline(line) == {"pcie_aspm": "off", "pcie_port_pm": "off", "pcie_aspm.policy": "performance"}
+    assert parse_cmdline(line) == {"iommu": "pt"}
+    assert [pcie_port_pm(p) for p in ({"pcie_port_pm": "off"}, {"pcie_port_pm": "force"}, {"pcie_port_pm": "on"}, {})] == [
+        "off",
+        "force",
+        "default",
+        "default",
+    ]
+    assert parse_pcie_cmdline(text("h100-real", "proc-cmdline.txt")) == {}
+
+
+def test_gpu_query_memory_report_and_driver_params() -> None:
+    assert sysfs_address("00000000:C1:00.0") == "0000:c1:00.0" and sysfs_address("0001:02:00.1") == "0001:02:00.1"
+    (real,) = parse_gpu_power(text("h100-real", "gpu-query.txt"))
+    assert (real.index, real.address, real.persistence_mode, real.power_limit_w) == (0, "0000:00:06.0", True, 700.0)
+    odd = parse_gpu_power("0, 00000000:01:00.0, [N/A], [N/A], [Not Supported], 450.00\n")[0]
+    assert (odd.persistence_mode, odd.power_limit_w, odd.power_default_limit_w, odd.power_max_limit_w) == (None, None, None, 450.0)
+    report = parse_memory_report(text("rtx-pro-6000-stock", "q-memory.txt"))
+    assert len(report) == 8 and report["0000:c1:00.0"] == (97887, 256)
+    real_params = parse_nvidia_params(text("h100-real", "proc-driver-nvidia-params.txt"))
+    assert (real_params.registry_dwords, real_params.dynamic_power_management) == ("", 3)
+    tuned = parse_nvidia_params(text("rtx-pro-6000-pcie", "proc-driver-nvidia-params.txt"))
+    assert tuned.registry_dwords.startswith("ForceP2P=0x11;RMForceP2PType=1;")
+
+
+def test_iommu_off_on_the_command_line_decides_without_groups() -> None:
+    assert iommu_mode(None, None, {"iommu": "off"}) == ("off", "no IOMMU groups to read, and iommu=off on the kernel command line")
+    assert iommu_mode(None, None, {"amd_iommu": "off"})[0] is None  # the other vendor's IOMMU would still be on
+
+    def no_groups(path: str) -> list[str]:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+
+    host = FakeHost(HF / "rtx-pro-6000-stock")
+    off = lambda path: "ro iommu=off\n" if path == "/proc/cmdline" else host.read(path)  # noqa: E731
+    facts = gather(host.run, off, which=host.which, listdir=no_groups, libc=host.libc, exists=host.exists)
+    assert facts.iommu_mode == "off" and facts.facts_unknown["iommu_groups"] == "/sys/kernel/iommu_groups does not exist"
+    assert "iommu_mode" not in facts.facts_unknown and facts.cpu_sockets is None  # the CPUs are listed the same way
+
+
+def test_a_gpu_folder_or_memory_report_that_does_not_read_leaves_only_its_facts_unknown() -> None:
+    host = FakeHost(HF / "rtx-pro-6000-pcie")
+
+    def read(path: str) -> str:
+        if path == f"{PCI_DEVICES}/0000:62:00.0/numa_node":
+            return "zero\n"
+        if path.endswith("/power/control"):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return host.read(path)
+
+    def run(argv: Sequence[str]) -> tuple[int, str, str]:
+        if tuple(argv[1:]) == MEMORY_QUERY:  # another host's report: other GPUs
+            return 0, text("h100-real", "q-memory.txt"), ""
+        return host.run(argv)
+
+    facts = gather(run, read, which=host.which, listdir=host.listdir, libc=host.libc, exists=host.exists)
+    assert_unknown_has_reasons(facts)
+    assert facts.facts_unknown["gpu_numa_nodes"] == f"{PCI_DEVICES}/0000:62:00.0/numa_node holds 'zero'"
+    assert facts.facts_unknown["gpu_runtime_pm"] == f"cannot read {PCI_DEVICES}/0000:41:00.0/power/control: Permission denied"
+    assert "lists GPUs ['0000:00:06.0'], the GPU query" in facts.facts_unknown["bar1_total_mib"]
+    assert facts.gpu_bus_ids and facts.power_limit_w and facts.gpus_power_below_default == []
+
+
+def test_a_power_limit_not_reported_is_unknown_unless_another_gpu_is_below() -> None:
+    bounds = {"GPU0": 600.0, "GPU1": 600.0}
+    assert below({"GPU0": None, "GPU1": 600.0}, bounds, "power.limit") == (None, "power.limit not reported for GPU0")
+    assert below({"GPU0": None, "GPU1": 300.0}, bounds, "power.limit") == (["GPU1"], "")
+    assert below({"GPU10": 1.0, "GPU2": 1.0}, {"GPU10": 2.0, "GPU2": 2.0}, "x") == (["GPU2", "GPU10"], "")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"uvm_disable_hmm": "N"}, "uvm_disable_hmm must be true, false or null, found 'N'"),
+        ({"pcie_aspm_policy": "on"}, "pcie_aspm_policy must be one of off, default, performance, powersave, powersupersave or null"),
+        ({"pcie_port_pm": "on"}, "pcie_port_pm must be one of off, force, default or null, found 'on'"),
+        ({"cpu_sockets": 0}, "cpu_sockets must be an integer >= 1 or null, found 0"),
+        ({"power_limit_w": {"GPU0": "600 W"}}, "power_limit_w must map GPU<n> to watts or null, or be null"),
+        ({"gpu_numa_nodes": {"0": 0}}, "gpu_numa_nodes must map GPU<n> to a NUMA node"),
+        ({"gpus_bar1_below_memory": ["0000:41:00.0"]}, "gpus_bar1_below_memory must be a list of GPU<n> or null"),
+    ],
+)
+def test_a_saved_fabric_fact_of_the_wrong_type_is_named(data: dict[str, Any], message: str) -> None:
+    assert any(message in problem for problem in check_facts(data)), check_facts(data)
+    assert check_facts({k: v for k, v in FakeHost(HF / "rtx-pro-6000-stock").gather().as_dict().items()}) == []

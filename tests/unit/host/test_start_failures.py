@@ -245,8 +245,28 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "outside": None,
         },
         "nccl-p2p-iommu-translated": {
-            "hit": (dict(argv=["--pp-size", "2"], host=host_with(host8, iommu_mode="translated")), "warning"),
+            "hit": (dict(argv=["--pp-size", "2"], host=host_with(host8, iommu_mode="translated")), "refused"),
             "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, iommu_mode="passthrough")), "ok"),
+            "outside": None,
+        },
+        "nccl-p2p-uvm-hmm-on": {
+            "hit": (dict(argv=["--tp-size", "8"], host=host_with(host8, uvm_disable_hmm=False)), "refused"),
+            "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, uvm_disable_hmm=True)), "ok"),
+            "outside": None,
+        },
+        "pcie-aspm-surprise-link-down": {
+            "hit": (dict(argv=["--tp-size", "8"], host=host_with(host8, pcie_aspm_policy="powersupersave")), "refused"),
+            "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, pcie_aspm_policy="performance")), "ok"),
+            "outside": None,
+        },
+        "gpu-power-limit-below-default": {
+            "hit": (dict(host=host_with(host8, gpus_power_below_default=["GPU7"])), "warning"),
+            "miss": (dict(host=host_with(host8, gpus_power_below_default=[])), "ok"),
+            "outside": None,
+        },
+        "gpu-bar1-below-memory": {
+            "hit": (dict(argv=["--tp-size", "8"], host=host_with(host8, gpus_bar1_below_memory=["GPU0"])), "warning"),
+            "miss": (dict(argv=["--tp-size", "1"], host=host_with(host8, gpus_bar1_below_memory=["GPU0"])), "ok"),
             "outside": None,
         },
         "deepgemm-on-sm120": {
@@ -417,6 +437,13 @@ def test_absent_facts_are_unknown_never_ok(aliases: dict[str, str], kimi: Path) 
     assert verdict("draft-architecture-unknown", context(aliases, EAGLE)).verdict == "unknown"
     assert verdict("trtllm-mla-on-sm120", context(aliases, ["--attention-backend", "trtllm_mla"], capability=None)).verdict == "unknown"
     assert verdict("fa3-on-sm120", context(aliases, ["--attention-backend", "fa3"], version=None)).verdict == "unknown"
+    # the PCIe fabric's facts: a file without them, or one that says why it could not read them
+    for entry_id in ("nccl-p2p-uvm-hmm-on", "pcie-aspm-surprise-link-down", "nccl-p2p-iommu-translated"):
+        absent = verdict(entry_id, context(aliases, ["--tp-size", "8"], host=read_host_facts(HOST8)))
+        assert absent.verdict == "unknown" and "not in the file" in absent.text(), absent.text()
+    said = parse_host_facts({"facts_unknown": {"uvm_disable_hmm": "nvidia_uvm is not loaded"}}, "f.json")
+    hmm = verdict("nccl-p2p-uvm-hmm-on", context(aliases, ["--tp-size", "8"], host=said))
+    assert hmm.verdict == "unknown" and "host uvm_disable_hmm unknown (nvidia_uvm is not loaded: f.json)" in hmm.text()
     # a condition that fails decides even when another fact is absent
     ok = verdict("jit-all-reduce-on-pcie", context(aliases, env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, version="0.5.11"))
     assert ok.verdict == "ok"
@@ -689,6 +716,9 @@ def test_host_facts_follow_the_captures() -> None:
         ({"jit_tools_missing": ["clang"]}, "jit_tools_missing names only nvcc, ninja, gcc, c++, found ['clang']"),
         ({"gpu_topology": ["GPU0"]}, "gpu_topology must map each GPU to {other GPU: link} or be null"),
         ({"acs_redirect": "no", "facts_unknown": {"x": 1}}, "acs_redirect must be true, false or null, found 'no' (and 1 more)"),
+        ({"uvm_disable_hmm": "Y"}, "uvm_disable_hmm must be true, false or null, found 'Y'"),
+        ({"pcie_aspm_policy": "on"}, "pcie_aspm_policy must be one of off, default, performance, powersave, powersupersave or null"),
+        ({"gpus_power_below_default": "GPU0"}, "gpus_power_below_default must be a list of GPU<n> or null, found 'GPU0'"),
     ],
 )
 def test_bad_host_facts(data: Any, message: str) -> None:

@@ -21,6 +21,20 @@ What is read, and from where:
   (``iommu_group_types``) and from those ``iommu_mode`` (off / passthrough / translated);
 - ``lspci -vvv`` (as root): ``acs_redirect``, whether a PCI bridge redirects peer-to-peer requests
   (``ACSCtl: ReqRedir+`` or ``CmpltRedir+``), and those bridges;
+- the PCIe fabric's settings operators of 8x RTX PRO 6000 hosts found to hang or slow NCCL
+  (voipmonitor/rtx6kpro hardware/pcie-bandwidth.md, optimization/nccl-tuning.md,
+  troubleshooting/common-issues.md): ``uvm_disable_hmm`` (``/sys/module/nvidia_uvm/parameters``),
+  ``pcie_aspm_policy`` and ``pcie_port_pm`` (``/proc/cmdline``'s ``pcie_aspm=``, ``pcie_aspm.policy=``,
+  ``pcie_port_pm=``: ``pcie_cmdline``; ``/sys/module/pcie_aspm/parameters/policy``), the driver's
+  ``RegistryDwords`` (``ForceP2P`` and the like) and ``DynamicPowerManagement``
+  (``/proc/driver/nvidia/params``), ``cpu_sockets`` (``/sys/devices/system/cpu/cpu*/topology/physical_package_id``);
+- per GPU (keyed ``GPU<index>`` as in ``gpu_topology``): ``nvidia-smi --query-gpu=index,pci.bus_id,
+  persistence_mode,power.limit,power.default_limit,power.max_limit`` (``gpu_bus_ids`` as sysfs names
+  them, ``persistence_mode``, ``power_limit_w``, ``power_default_limit_w``, ``power_max_limit_w`` and
+  ``gpus_power_below_default``), ``nvidia-smi -q -d MEMORY`` (``bar1_total_mib`` and
+  ``gpus_bar1_below_memory``, a BAR1 smaller than the GPU's memory), and from
+  ``/sys/bus/pci/devices/<address>/``: ``numa_node`` (``gpu_numa_nodes``) and ``power/control``
+  (``gpu_runtime_pm``: auto lets the kernel power the device down, on keeps it up);
 - the JIT toolchain (FlashInfer's and SGLang's own kernels compiled at first use): ``nvcc --version``
   (``<cuda_home>/bin/nvcc``, else the one on PATH), ``ninja --version``, ``gcc --version``, the C++
   compiler FlashInfer's build files name (``$CXX``, else ``c++``), glibc (``os.confstr``, else ``ldd
@@ -39,9 +53,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import ToolkitError
+from .nvidia_smi import csv_rows
+
+T = TypeVar("T")
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
@@ -50,6 +67,22 @@ CMDLINE = "/proc/cmdline"
 # Kernel parameters that switch the IOMMU or its mode (Documentation/admin-guide/kernel-parameters).
 IOMMU_SWITCHES = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough")
 IOMMU_MODES = ("off", "passthrough", "translated")
+UVM_DISABLE_HMM = "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm"
+ASPM_POLICY = "/sys/module/pcie_aspm/parameters/policy"
+NVIDIA_PARAMS = "/proc/driver/nvidia/params"
+PCI_DEVICES = "/sys/bus/pci/devices"
+CPUS = "/sys/devices/system/cpu"
+# Kernel parameters of PCIe power management (Documentation/admin-guide/kernel-parameters).
+PCIE_SWITCHES = ("pcie_aspm", "pcie_aspm.policy", "pcie_port_pm")
+# The kernel's ASPM policies (drivers/pci/pcie/aspm.c), and off: pcie_aspm=off on the command line.
+ASPM_POLICIES = ("off", "default", "performance", "powersave", "powersupersave")
+PORT_PM = ("off", "force", "default")  # pcie_port_pm=off / =force, else the kernel's default
+RUNTIME_PM = ("auto", "on")
+GPU_QUERY = (
+    "--query-gpu=index,pci.bus_id,persistence_mode,power.limit,power.default_limit,power.max_limit",
+    "--format=csv,noheader,nounits",
+)
+MEMORY_QUERY = ("-q", "-d", "MEMORY")
 KERNEL_MODULES = ("open", "proprietary")
 JIT_TOOLS = ("nvcc", "ninja", "gcc", "c++")
 P2P_STATUSES = ("X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
@@ -70,6 +103,23 @@ FACTS: dict[str, str] = {
     "iommu_mode": "off, passthrough or translated",
     "acs_redirect": "a PCI bridge redirects peer-to-peer requests (lspci -vvv ACSCtl ReqRedir+ or CmpltRedir+)",
     "acs_redirect_bridges": "the bridges that redirect, as lspci names them",
+    "uvm_disable_hmm": "nvidia_uvm's uvm_disable_hmm parameter (/sys/module/nvidia_uvm/parameters): false leaves HMM on",
+    "pcie_cmdline": "PCIe power-management switches on /proc/cmdline (pcie_aspm, pcie_aspm.policy, pcie_port_pm)",
+    "pcie_aspm_policy": "off (pcie_aspm=off on the kernel command line), else the active policy of /sys/module/pcie_aspm/parameters/policy",
+    "pcie_port_pm": "off or force (pcie_port_pm= on the kernel command line), else default (the kernel may suspend PCIe ports)",
+    "nvidia_registry_dwords": "RegistryDwords of /proc/driver/nvidia/params as written (ForceP2P=...; empty: none set)",
+    "nvidia_dynamic_power_management": "DynamicPowerManagement of /proc/driver/nvidia/params (3: the GPU may be powered down when idle)",
+    "cpu_sockets": "how many CPU packages /sys/devices/system/cpu/cpu*/topology/physical_package_id name",
+    "gpu_bus_ids": "GPU -> its PCI address as sysfs names it (nvidia-smi pci.bus_id)",
+    "gpu_numa_nodes": "GPU -> its NUMA node (/sys/bus/pci/devices/<address>/numa_node; -1: none reported)",
+    "gpu_runtime_pm": "GPU -> /sys/bus/pci/devices/<address>/power/control (auto: the kernel may power it down; on: kept up)",
+    "persistence_mode": "GPU -> persistence mode on (nvidia-smi persistence_mode)",
+    "power_limit_w": "GPU -> its power limit in W (nvidia-smi power.limit)",
+    "power_default_limit_w": "GPU -> its default power limit in W (nvidia-smi power.default_limit)",
+    "power_max_limit_w": "GPU -> the highest power limit it takes in W (nvidia-smi power.max_limit)",
+    "gpus_power_below_default": "the GPUs whose power limit is below their default limit",
+    "bar1_total_mib": "GPU -> its BAR1 size in MiB (nvidia-smi -q -d MEMORY, BAR1 Memory Usage Total)",
+    "gpus_bar1_below_memory": "the GPUs whose BAR1 is smaller than their memory (FB Memory Usage Total)",
     "nvcc_path": "the nvcc FlashInfer's JIT would use (<cuda_home>/bin/nvcc, else PATH)",
     "nvcc_version": "its release, X.Y",
     "ninja_version": "ninja --version (its leading X.Y.Z)",
@@ -219,17 +269,27 @@ def parse_driver_version_file(text: str) -> KernelModule:
 # --- /proc/cmdline and /sys/kernel/iommu_groups -----------------------------------------------
 
 
-def parse_cmdline(text: str) -> dict[str, str]:
-    """The IOMMU switches among the kernel's parameters (those before a lone ``--``, which go to
+def _switches(text: str, names: Sequence[str]) -> dict[str, str]:
+    """The named switches among the kernel's parameters (those before a lone ``--``, which go to
     init); the last of a repeated switch wins, as the kernel reads them."""
     switches: dict[str, str] = {}
     for token in text.split():
         if token == "--":
             break
         name, _, value = token.partition("=")
-        if name in IOMMU_SWITCHES:
+        if name in names:
             switches[name] = value
     return switches
+
+
+def parse_cmdline(text: str) -> dict[str, str]:
+    """The IOMMU switches on /proc/cmdline (intel_iommu, amd_iommu, iommu, iommu.passthrough)."""
+    return _switches(text, IOMMU_SWITCHES)
+
+
+def parse_pcie_cmdline(text: str) -> dict[str, str]:
+    """The PCIe power-management switches on /proc/cmdline (pcie_aspm, pcie_aspm.policy, pcie_port_pm)."""
+    return _switches(text, PCIE_SWITCHES)
 
 
 def _passthrough_on_cmdline(cmdline: Mapping[str, str]) -> Optional[bool]:
@@ -249,8 +309,11 @@ def iommu_mode(
 ) -> tuple[Optional[str], str]:
     """(off / passthrough / translated, or None; why). No IOMMU groups: off. Groups of type
     DMA or DMA-FQ: translated (peer-to-peer DMA goes through the IOMMU); all identity: passthrough.
-    Without the group types (kernels before 5.11) only an explicit passthrough switch decides."""
+    Without the group types (kernels before 5.11) only an explicit passthrough switch decides; without
+    the groups only ``iommu=off`` (which both the Intel and the AMD IOMMU driver obey) does."""
     if groups is None:
+        if "off" in (cmdline or {}).get("iommu", "").split(","):
+            return "off", "no IOMMU groups to read, and iommu=off on the kernel command line"
         return None, "the IOMMU groups could not be listed"
     if groups == 0:
         return "off", f"{IOMMU_GROUPS} is empty: no IOMMU in use"
@@ -309,6 +372,174 @@ def parse_lspci(text: str) -> AcsReport:
                     redirecting.append(device[0].strip())
                 break
     return AcsReport(bool(redirecting), redirecting)
+
+
+# --- the PCIe fabric: nvidia_uvm, ASPM, the driver's registry, the GPUs' power and BAR1 -----------
+
+_BUS_ID_RE = re.compile(r"^([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
+
+
+def parse_module_bool(text: str, path: str) -> bool:
+    """A kernel module's bool parameter as ``/sys/module/<module>/parameters/<name>`` shows it: Y or N
+    (1 or 0 where the parameter is an integer)."""
+    value = text.strip()
+    if value in ("Y", "1"):
+        return True
+    if value in ("N", "0"):
+        return False
+    raise HostFactsParseError(f"expected Y or N (or 1 or 0) in {path}, found {value[:40]!r}")
+
+
+def parse_aspm_policy(text: str) -> str:
+    """/sys/module/pcie_aspm/parameters/policy lists the kernel's ASPM policies with the active one
+    in brackets: "[default] performance powersave powersupersave" -> "default"."""
+    tokens = text.split()
+    active = [t[1:-1] for t in tokens if t.startswith("[") and t.endswith("]")]
+    named = {t.strip("[]") for t in tokens}
+    if len(active) != 1 or not named <= set(ASPM_POLICIES[1:]):
+        raise HostFactsParseError(
+            f"expected the ASPM policies ({', '.join(ASPM_POLICIES[1:])}) with the active one in [brackets] in {ASPM_POLICY},"
+            f" found {text.strip()[:80]!r}"
+        )
+    return active[0]
+
+
+def aspm_policy(pcie: Optional[Mapping[str, str]], policy: Optional[str], why: str) -> tuple[Optional[str], str]:
+    """(off / default / performance / powersave / powersupersave, or None; why). ``pcie_aspm=off`` on
+    the kernel command line is off (the kernel changes no link's ASPM; the operators' fix), else the
+    active policy; a policy other than performance with no command line to read is undecided."""
+    if pcie is not None and pcie.get("pcie_aspm") == "off":
+        return "off", "pcie_aspm=off on the kernel command line"
+    if policy is None:
+        return None, why
+    if pcie is None and policy != "performance":
+        return None, f"ASPM policy {policy}, and /proc/cmdline could not be read to see whether pcie_aspm=off"
+    return policy, f"the active policy of {ASPM_POLICY}"
+
+
+def pcie_port_pm(pcie: Mapping[str, str]) -> str:
+    """pcie_port_pm=off / =force on the kernel command line, else default (the kernel may suspend a
+    PCIe port whose devices are idle; another value is ignored by the kernel)."""
+    value = pcie.get("pcie_port_pm", "")
+    return value if value in ("off", "force") else "default"
+
+
+def sysfs_address(bus_id: str) -> str:
+    """nvidia-smi's PCI bus id ("00000000:18:00.0") as sysfs names the device ("0000:18:00.0")."""
+    match = _BUS_ID_RE.match(bus_id.strip())
+    if not match:
+        raise HostFactsParseError(f"expected a PCI bus id such as 00000000:18:00.0, found {bus_id!r}")
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    index: int
+    address: str  # as sysfs names it
+    persistence_mode: Optional[bool]
+    power_limit_w: Optional[float]
+    power_default_limit_w: Optional[float]
+    power_max_limit_w: Optional[float]
+
+
+def _watts(cell: str, what: str, number: int) -> Optional[float]:
+    if cell.startswith("[") or cell == "N/A":  # [N/A], [Not Supported]
+        return None
+    try:
+        return float(cell)
+    except ValueError:
+        raise HostFactsParseError(f"line {number}: {what} should be watts such as 600.00 or [N/A], found {cell!r}") from None
+
+
+def parse_gpu_power(text: str) -> list[GpuPower]:
+    """``nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode,power.limit,power.default_limit,power.max_limit
+    --format=csv,noheader,nounits``, one line a GPU: "0, 00000000:18:00.0, Enabled, 600.00, 600.00, 600.00"
+    ([N/A] where the GPU does not say)."""
+    gpus: list[GpuPower] = []
+    for number, line, cells in csv_rows(text):
+        if len(cells) != 6:
+            raise HostFactsParseError(
+                f"line {number}: expected 6 comma-separated fields (index, pci.bus_id, persistence_mode, power.limit,"
+                f" power.default_limit, power.max_limit), found {len(cells)}: {line!r}"
+            )
+        index, bus_id, persistence, limit, default, highest = cells
+        if not index.isdigit():
+            raise HostFactsParseError(f"line {number}: GPU index is not a number: {index!r}")
+        if persistence not in ("Enabled", "Disabled") and not persistence.startswith("["):
+            raise HostFactsParseError(f"line {number}: persistence_mode should be Enabled or Disabled, found {persistence!r}")
+        gpus.append(
+            GpuPower(
+                int(index),
+                sysfs_address(bus_id),
+                None if persistence.startswith("[") else persistence == "Enabled",
+                _watts(limit, "power.limit", number),
+                _watts(default, "power.default_limit", number),
+                _watts(highest, "power.max_limit", number),
+            )
+        )
+    if not gpus:
+        raise HostFactsParseError("nvidia-smi --query-gpu printed no GPU; expected one line a GPU")
+    return gpus
+
+
+_MIB_RE = re.compile(r"^(\d+) MiB$")
+MEMORY_SECTIONS = {"FB Memory Usage": "fb", "BAR1 Memory Usage": "bar1"}
+
+
+def parse_memory_report(text: str) -> dict[str, tuple[int, int]]:
+    """``nvidia-smi -q -d MEMORY`` -> {address as sysfs names it: (FB total MiB, BAR1 total MiB)}, from
+    each "GPU 00000000:18:00.0" block's "FB Memory Usage" and "BAR1 Memory Usage" "Total : N MiB"."""
+    found: dict[str, dict[str, int]] = {}
+    gpu: Optional[str] = None
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("GPU ") and _BUS_ID_RE.match(line[4:].strip()):
+            gpu = sysfs_address(line[4:])
+            found[gpu] = {}
+            section = ""
+        elif gpu is None or not line:
+            continue
+        elif ":" not in line:
+            section = line
+        elif section in MEMORY_SECTIONS and line.split(":", 1)[0].strip() == "Total":
+            value = line.split(":", 1)[1].strip()
+            match = _MIB_RE.match(value)
+            if not match:
+                raise HostFactsParseError(f"GPU {gpu} {section}: expected 'Total : N MiB', found {line!r}")
+            found[gpu][MEMORY_SECTIONS[section]] = int(match.group(1))
+    if not found:
+        raise HostFactsParseError("expected nvidia-smi -q -d MEMORY output (a 'GPU 00000000:18:00.0' line a GPU), found none")
+    lacking = sorted(g for g, sizes in found.items() if set(sizes) != set(MEMORY_SECTIONS.values()))
+    if lacking:
+        raise HostFactsParseError(f"GPU {lacking[0]}: expected FB Memory Usage and BAR1 Memory Usage with a Total each")
+    return {g: (sizes["fb"], sizes["bar1"]) for g, sizes in found.items()}
+
+
+@dataclass(frozen=True)
+class DriverParams:
+    registry_dwords: str
+    dynamic_power_management: Optional[int]
+
+
+def parse_nvidia_params(text: str) -> DriverParams:
+    """/proc/driver/nvidia/params ("Name: value" a line): RegistryDwords as written, without its quotes
+    (what ``options nvidia NVreg_RegistryDwords=...`` set: ForceP2P, RMForceP2PType, ...), and
+    DynamicPowerManagement."""
+    params: dict[str, str] = {}
+    for line in text.splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip() and " " not in name.strip():
+            params[name.strip()] = value.strip()
+    if "RegistryDwords" not in params:
+        raise HostFactsParseError(
+            f"expected a 'RegistryDwords: \"...\"' line in {NVIDIA_PARAMS}, found none among its {len(params)} parameters"
+        )
+    dwords = params["RegistryDwords"]
+    if len(dwords) >= 2 and dwords[0] == dwords[-1] == '"':
+        dwords = dwords[1:-1]
+    power = params.get("DynamicPowerManagement", "")
+    return DriverParams(dwords, int(power) if re.fullmatch(r"\d+", power) else None)
 
 
 # --- the FlashInfer JIT toolchain --------------------------------------------------------------
@@ -389,6 +620,23 @@ class GatheredFacts:
     iommu_mode: Optional[str] = None
     acs_redirect: Optional[bool] = None
     acs_redirect_bridges: Optional[list[str]] = None
+    uvm_disable_hmm: Optional[bool] = None
+    pcie_cmdline: Optional[dict[str, str]] = None
+    pcie_aspm_policy: Optional[str] = None
+    pcie_port_pm: Optional[str] = None
+    nvidia_registry_dwords: Optional[str] = None
+    nvidia_dynamic_power_management: Optional[int] = None
+    cpu_sockets: Optional[int] = None
+    gpu_bus_ids: Optional[dict[str, str]] = None
+    gpu_numa_nodes: Optional[dict[str, int]] = None
+    gpu_runtime_pm: Optional[dict[str, str]] = None
+    persistence_mode: Optional[dict[str, Optional[bool]]] = None
+    power_limit_w: Optional[dict[str, Optional[float]]] = None
+    power_default_limit_w: Optional[dict[str, Optional[float]]] = None
+    power_max_limit_w: Optional[dict[str, Optional[float]]] = None
+    gpus_power_below_default: Optional[list[str]] = None
+    bar1_total_mib: Optional[dict[str, int]] = None
+    gpus_bar1_below_memory: Optional[list[str]] = None
     nvcc_path: Optional[str] = None
     nvcc_version: Optional[str] = None
     ninja_version: Optional[str] = None
@@ -462,35 +710,44 @@ def _gpu_matrix(
         facts.unknown(why, names[1])
 
 
-def _kernel_module(facts: GatheredFacts, read: Read) -> None:
-    names = ("nvidia_kernel_module", "nvidia_module_version", "nvidia_module_gcc")
-    text, why = _read(read, DRIVER_VERSION_FILE)
+def _driver_file(facts: GatheredFacts, read: Read, path: str, parse: Callable[[str], T], names: tuple[str, ...]) -> Optional[T]:
+    """A file of the NVIDIA kernel module, parsed; None (and the facts `names` unknown, with the reason) otherwise."""
+    text, why = _read(read, path)
     if text is None:
         facts.unknown(f"{why} (is the NVIDIA kernel module loaded?)", *names)
-        return
+        return None
     try:
-        module = parse_driver_version_file(text)
+        return parse(text)
     except HostFactsParseError as exc:
         facts.unknown(str(exc), *names)
+        return None
+
+
+def _kernel_module(facts: GatheredFacts, read: Read) -> None:
+    names = ("nvidia_kernel_module", "nvidia_module_version", "nvidia_module_gcc")
+    module = _driver_file(facts, read, DRIVER_VERSION_FILE, parse_driver_version_file, names)
+    if module is None:
         return
     facts.nvidia_kernel_module, facts.nvidia_module_version, facts.nvidia_module_gcc = module.flavour, module.version, module.gcc
     if module.gcc is None:
         facts.unknown(f"{DRIVER_VERSION_FILE} has no 'GCC version:' line", "nvidia_module_gcc")
 
 
-def _iommu(facts: GatheredFacts, read: Read, listdir: ListDir) -> None:
-    text, why = _read(read, CMDLINE)
+def _iommu(facts: GatheredFacts, read: Read, listdir: ListDir, cmdline: tuple[Optional[str], str]) -> None:
+    text, why = cmdline
     if text is None:
         facts.unknown(why, "iommu_cmdline")
     else:
         facts.iommu_cmdline = parse_cmdline(text)
     try:
         groups = sorted(listdir(IOMMU_GROUPS))
-    except FileNotFoundError:
-        facts.unknown(f"{IOMMU_GROUPS} does not exist", "iommu_groups", "iommu_group_types", "iommu_mode")
-        return
     except OSError as exc:
-        facts.unknown(f"cannot list {IOMMU_GROUPS}: {exc.strerror or exc}", "iommu_groups", "iommu_group_types", "iommu_mode")
+        missing = isinstance(exc, FileNotFoundError)
+        why = f"{IOMMU_GROUPS} does not exist" if missing else f"cannot list {IOMMU_GROUPS}: {exc.strerror or exc}"
+        facts.unknown(why, "iommu_groups", "iommu_group_types")
+        facts.iommu_mode, _ = iommu_mode(None, None, facts.iommu_cmdline)  # only iommu=off decides without the groups
+        if facts.iommu_mode is None:
+            facts.unknown(why, "iommu_mode")
         return
     facts.iommu_groups = len(groups)
     types: dict[str, int] = {}
@@ -506,6 +763,149 @@ def _iommu(facts: GatheredFacts, read: Read, listdir: ListDir) -> None:
     facts.iommu_mode, why = iommu_mode(facts.iommu_groups, types, facts.iommu_cmdline)
     if facts.iommu_mode is None:
         facts.unknown(why, "iommu_mode")
+
+
+def _uvm(facts: GatheredFacts, read: Read) -> None:
+    text, why = _read(read, UVM_DISABLE_HMM)
+    if text is None:
+        facts.unknown(f"{why} (nvidia_uvm is not loaded: it loads at the first CUDA use; or not on x86_64)", "uvm_disable_hmm")
+        return
+    try:
+        facts.uvm_disable_hmm = parse_module_bool(text, UVM_DISABLE_HMM)
+    except HostFactsParseError as exc:
+        facts.unknown(str(exc), "uvm_disable_hmm")
+
+
+def _pcie(facts: GatheredFacts, read: Read, cmdline: tuple[Optional[str], str]) -> None:
+    """pcie_cmdline, pcie_port_pm (the command line alone) and pcie_aspm_policy (the command line and the policy file)."""
+    text, why = cmdline
+    pcie = parse_pcie_cmdline(text) if text is not None else None
+    if pcie is None:
+        facts.unknown(why, "pcie_cmdline", "pcie_port_pm")
+    else:
+        facts.pcie_cmdline, facts.pcie_port_pm = pcie, pcie_port_pm(pcie)
+    policy_text, why = _read(read, ASPM_POLICY)
+    policy = None
+    if policy_text is None:
+        why = f"{why} (a kernel without PCIe ASPM support)"
+    else:
+        try:
+            policy = parse_aspm_policy(policy_text)
+        except HostFactsParseError as exc:
+            why = str(exc)
+    facts.pcie_aspm_policy, why = aspm_policy(pcie, policy, why)
+    if facts.pcie_aspm_policy is None:
+        facts.unknown(why, "pcie_aspm_policy")
+
+
+def _driver_params(facts: GatheredFacts, read: Read) -> None:
+    names = ("nvidia_registry_dwords", "nvidia_dynamic_power_management")
+    params = _driver_file(facts, read, NVIDIA_PARAMS, parse_nvidia_params, names)
+    if params is None:
+        return
+    facts.nvidia_registry_dwords, facts.nvidia_dynamic_power_management = params.registry_dwords, params.dynamic_power_management
+    if params.dynamic_power_management is None:
+        facts.unknown(f"{NVIDIA_PARAMS} has no 'DynamicPowerManagement: N' line", "nvidia_dynamic_power_management")
+
+
+def _cpu_sockets(facts: GatheredFacts, read: Read, listdir: ListDir) -> None:
+    """Distinct physical_package_id of the CPUs (an offline CPU has no topology folder: left out)."""
+    try:
+        cpus = sorted(name for name in listdir(CPUS) if re.fullmatch(r"cpu\d+", name))
+    except OSError as exc:
+        facts.unknown(f"cannot list {CPUS}: {exc.strerror or exc}", "cpu_sockets")
+        return
+    packages: set[str] = set()
+    for cpu in cpus:
+        text, why = _read(read, f"{CPUS}/{cpu}/topology/physical_package_id")
+        if text is None and why.endswith("does not exist"):
+            continue
+        if text is None or not re.fullmatch(r"-?\d+", text.strip()):
+            said = (text or "").strip()[:40]
+            facts.unknown(why or f"{CPUS}/{cpu}/topology/physical_package_id holds {said!r}, not a number", "cpu_sockets")
+            return
+        packages.add(text.strip())
+    if not packages:
+        facts.unknown(f"no CPU under {CPUS} has topology/physical_package_id", "cpu_sockets")
+        return
+    facts.cpu_sockets = len(packages)
+
+
+GPU_FACTS = (
+    "gpu_bus_ids",
+    "gpu_numa_nodes",
+    "gpu_runtime_pm",
+    "persistence_mode",
+    "power_limit_w",
+    "power_default_limit_w",
+    "power_max_limit_w",
+    "gpus_power_below_default",
+    "bar1_total_mib",
+    "gpus_bar1_below_memory",
+)
+
+
+def below(values: Mapping[str, Optional[float]], bounds: Mapping[str, Optional[float]], what: str) -> tuple[Optional[list[str]], str]:
+    """(the GPUs whose value is below its bound, or None when none is and one cannot be compared; why)."""
+    found = sorted((g for g in values if values[g] is not None and bounds.get(g) is not None and values[g] < bounds[g]), key=_gpu_order)  # type: ignore[operator]
+    unread = sorted((g for g in values if values[g] is None or bounds.get(g) is None), key=_gpu_order)
+    if unread and not found:
+        return None, f"{what} not reported for {', '.join(unread)}"
+    return found, ""
+
+
+def _gpu_order(name: str) -> int:
+    return int(name[3:]) if name[3:].isdigit() else -1
+
+
+def _gpus(facts: GatheredFacts, run: Run, read: Read, which: Which, nvidia_smi: str) -> None:
+    """The per-GPU facts: one GPU query, the memory report, and each GPU's sysfs folder."""
+    binary = which(nvidia_smi)
+    if binary is None:
+        facts.unknown(f"{nvidia_smi} not found (is the NVIDIA driver installed?)", *GPU_FACTS)
+        return
+    out, why = _command(run, [binary, *GPU_QUERY])
+    try:
+        gpus = parse_gpu_power(out) if out is not None else None
+    except HostFactsParseError as exc:
+        gpus, why = None, f"cannot read {binary} {' '.join(GPU_QUERY)}: {exc}"
+    if gpus is None:
+        facts.unknown(why, *GPU_FACTS)
+        return
+    names = {gpu.address: f"GPU{gpu.index}" for gpu in gpus}
+    facts.gpu_bus_ids = {f"GPU{g.index}": g.address for g in gpus}
+    facts.persistence_mode = {f"GPU{g.index}": g.persistence_mode for g in gpus}
+    facts.power_limit_w = {f"GPU{g.index}": g.power_limit_w for g in gpus}
+    facts.power_default_limit_w = {f"GPU{g.index}": g.power_default_limit_w for g in gpus}
+    facts.power_max_limit_w = {f"GPU{g.index}": g.power_max_limit_w for g in gpus}
+    facts.gpus_power_below_default, why = below(facts.power_limit_w, facts.power_default_limit_w, "power.limit or power.default_limit")
+    if facts.gpus_power_below_default is None:
+        facts.unknown(why, "gpus_power_below_default")
+    for fact, attribute, parse in (("gpu_numa_nodes", "numa_node", int), ("gpu_runtime_pm", "power/control", str)):
+        values: dict[str, Any] = {}
+        for gpu in gpus:
+            path = f"{PCI_DEVICES}/{gpu.address}/{attribute}"
+            text, why = _read(read, path)
+            value = (text or "").strip()
+            if text is None or not (re.fullmatch(r"-?\d+", value) if parse is int else value in RUNTIME_PM):
+                facts.unknown(why or f"{path} holds {value[:40]!r}", fact)
+                break
+            values[f"GPU{gpu.index}"] = parse(value)
+        else:
+            setattr(facts, fact, values)
+    out, why = _command(run, [binary, *MEMORY_QUERY])
+    try:
+        memory = parse_memory_report(out) if out is not None else None
+    except HostFactsParseError as exc:
+        memory, why = None, f"cannot read {binary} {' '.join(MEMORY_QUERY)}: {exc}"
+    if memory is not None and set(memory) != set(names):
+        memory, why = None, f"{binary} {' '.join(MEMORY_QUERY)} lists GPUs {sorted(memory)}, the GPU query {sorted(names)}"
+    if memory is None:
+        facts.unknown(why, "bar1_total_mib", "gpus_bar1_below_memory")
+        return
+    facts.bar1_total_mib = {names[address]: bar1 for address, (_, bar1) in memory.items()}
+    framebuffer = {names[address]: float(fb) for address, (fb, _) in memory.items()}
+    facts.gpus_bar1_below_memory, _ = below({g: float(v) for g, v in facts.bar1_total_mib.items()}, framebuffer, "BAR1")
 
 
 def _acs(facts: GatheredFacts, run: Run, which: Which, lspci: str) -> None:
@@ -616,8 +1016,14 @@ def gather(
     _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-m"], parse_topology, pcie_only, ("gpu_topology", "pcie_only"))
     _gpu_matrix(facts, run, which, nvidia_smi, ["topo", "-p2p", "r"], parse_p2p, p2p_supported, ("gpu_p2p_read", "p2p_supported"))
     _kernel_module(facts, read)
-    _iommu(facts, read, listdir)
+    cmdline = _read(read, CMDLINE)
+    _iommu(facts, read, listdir, cmdline)
     _acs(facts, run, which, lspci)
+    _uvm(facts, read)
+    _pcie(facts, read, cmdline)
+    _driver_params(facts, read)
+    _cpu_sockets(facts, read, listdir)
+    _gpus(facts, run, read, which, nvidia_smi)
     _toolchain(facts, run, which, cuda_home, libc, cxx)
     _headers(facts, exists, python_include)
     return facts
@@ -671,4 +1077,49 @@ def check_facts(data: Mapping[str, Any]) -> list[str]:
     for key in ("nvcc_path", "cxx_path", "python_include"):
         if data.get(key) is not None and not isinstance(data[key], str):
             problems.append(f"{key} must be a path or null, found {data[key]!r}")
+    problems += _check_fabric(data)
+    return problems
+
+
+def _number(value: Any, kind: type = float) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+
+
+def _gpu_map(value: Any, valid: Callable[[Any], bool]) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and _GPU_RE.match(k) and valid(v) for k, v in value.items())
+
+
+def _check_fabric(data: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the PCIe-fabric facts (check_facts' part for them)."""
+    problems = []
+    if data.get("uvm_disable_hmm") is not None and not isinstance(data["uvm_disable_hmm"], bool):
+        problems.append(f"uvm_disable_hmm must be true, false or null, found {data['uvm_disable_hmm']!r}")
+    for key, allowed in (("pcie_aspm_policy", ASPM_POLICIES), ("pcie_port_pm", PORT_PM)):
+        if data.get(key) is not None and data[key] not in allowed:
+            problems.append(f"{key} must be one of {', '.join(allowed)} or null, found {data[key]!r}")
+    if data.get("pcie_cmdline") is not None and not _str_map(data["pcie_cmdline"], str):
+        problems.append(f"pcie_cmdline must be a mapping of names to text or null, found {data['pcie_cmdline']!r}")
+    if data.get("nvidia_registry_dwords") is not None and not isinstance(data["nvidia_registry_dwords"], str):
+        problems.append(f"nvidia_registry_dwords must be text or null, found {data['nvidia_registry_dwords']!r}")
+    for key, least in (("nvidia_dynamic_power_management", 0), ("cpu_sockets", 1)):
+        value = data.get(key)
+        if value is not None and not (_number(value, int) and value >= least):
+            problems.append(f"{key} must be an integer >= {least} or null, found {value!r}")
+    maps: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+        ("gpu_bus_ids", "a PCI address", lambda v: isinstance(v, str) and _BUS_ID_RE.match(v) is not None),
+        ("gpu_numa_nodes", "a NUMA node (an integer, -1: none)", lambda v: _number(v, int) and v >= -1),
+        ("gpu_runtime_pm", "auto or on", lambda v: v in RUNTIME_PM),
+        ("persistence_mode", "true, false or null", lambda v: v is None or isinstance(v, bool)),
+        ("power_limit_w", "watts or null", lambda v: v is None or _number(v)),
+        ("power_default_limit_w", "watts or null", lambda v: v is None or _number(v)),
+        ("power_max_limit_w", "watts or null", lambda v: v is None or _number(v)),
+        ("bar1_total_mib", "MiB (an integer)", lambda v: _number(v, int) and v >= 0),
+    )
+    for key, what, valid in maps:
+        if data.get(key) is not None and not _gpu_map(data[key], valid):
+            problems.append(f"{key} must map GPU<n> to {what}, or be null, found {data[key]!r}")
+    for key in ("gpus_power_below_default", "gpus_bar1_below_memory"):
+        value = data.get(key)
+        if value is not None and not (_str_list(value) and all(_GPU_RE.match(v) for v in value)):
+            problems.append(f"{key} must be a list of GPU<n> or null, found {value!r}")
     return problems

@@ -11,6 +11,7 @@ The query the role runs is ``QUERY_FIELDS`` with ``--format=csv,noheader``; one 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from ..errors import ToolkitError
@@ -61,14 +62,18 @@ _DRIVER = re.compile(r"^\d+(\.\d+)*$")
 _CAP = re.compile(r"^\d+\.\d+$")
 
 
+def csv_rows(text: str) -> Iterator[tuple[int, str, list[str]]]:
+    """nvidia-smi's ``--format=csv,noheader``: (line number, line, its cells) for each line that is not empty."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line:
+            yield number, line, [cell.strip() for cell in line.split(",")]
+
+
 def parse_query_output(text: str) -> list[Gpu]:
     """Return one ``Gpu`` a line; raise ``NvidiaSmiParseError`` naming the bad line."""
     gpus: list[Gpu] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
+    for number, line, cells in csv_rows(text):
         if len(cells) != len(QUERY_FIELDS):
             raise NvidiaSmiParseError(
                 f"line {number}: expected {len(QUERY_FIELDS)} comma-separated fields "

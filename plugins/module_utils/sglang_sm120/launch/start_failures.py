@@ -6,7 +6,8 @@ typed, SGLang's aliases and ``--flag=value`` both read), the server's environmen
 the GPUs' compute capability, and, when given, facts read from the model and draft directories
 (config.json, the quantization config, the safetensors index, the auto_map modules) and the
 host's facts (what preflight gathers: GPUs with memory and driver, PCIe-only topology, kernel
-module). Each entry gets one verdict:
+module, IOMMU and ACS, the JIT toolchain, the PCIe fabric's settings: nvidia_uvm's HMM, the ASPM
+policy, power limits and BAR1). Each entry gets one verdict:
 
 - ``refused``  the trigger holds and the entry's severity is refuse;
 - ``warning``  the trigger holds and the severity is warn (unconfirmed evidence says so);
@@ -99,6 +100,10 @@ HOST_FACTS = (
     "jit_tools_missing",
     "cuda_cccl_headers",
     "python_headers",
+    "uvm_disable_hmm",
+    "pcie_aspm_policy",
+    "gpus_power_below_default",
+    "gpus_bar1_below_memory",
 )
 CONDITIONS = {
     "flags": ("in", "gt", "given", "default"),
@@ -513,6 +518,10 @@ class HostFacts:
     jit_tools_missing: Optional[list[str]] = None  # of nvcc, ninja, gcc, c++
     cuda_cccl_headers: Optional[bool] = None
     python_headers: Optional[bool] = None
+    uvm_disable_hmm: Optional[bool] = None  # nvidia_uvm's parameter: false leaves HMM on
+    pcie_aspm_policy: Optional[str] = None  # off (pcie_aspm=off), default, performance, powersave, powersupersave
+    gpus_power_below_default: Optional[list[str]] = None  # GPU<n> whose power limit is below its default
+    gpus_bar1_below_memory: Optional[list[str]] = None  # GPU<n> whose BAR1 is smaller than its memory
     nvidia_module_version: Optional[str] = None
     unknown: dict[str, str] = field(default_factory=dict)  # fact -> why it is null (the file's facts_unknown)
     facts: dict[str, Any] = field(default_factory=dict)  # every other gathered fact (gpu_topology, iommu_cmdline, ...)
@@ -582,6 +591,10 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
         jit_tools_missing=data.get("jit_tools_missing"),
         cuda_cccl_headers=data.get("cuda_cccl_headers"),
         python_headers=data.get("python_headers"),
+        uvm_disable_hmm=data.get("uvm_disable_hmm"),
+        pcie_aspm_policy=data.get("pcie_aspm_policy"),
+        gpus_power_below_default=data.get("gpus_power_below_default"),
+        gpus_bar1_below_memory=data.get("gpus_bar1_below_memory"),
         nvidia_module_version=data.get("nvidia_module_version"),
         unknown=dict(data.get("facts_unknown") or {}),
         facts={k: v for k, v in data.items() if k in FACT_KEYS and k not in typed},
@@ -892,8 +905,8 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
         if "ge" in cond:
             return parts >= tuple(int(p) for p in cond["ge"].split(".")), f"{name} {value} ({cond['ge']} or newer matches)"
         return parts < tuple(int(p) for p in cond["lt"].split(".")), f"{name} {value} (needs {cond['lt']} or newer)"
-    if isinstance(value, list):  # jit_tools_missing: `in` matches any of them, `is: true` any at all
-        text = f"host {fact}: {', '.join(value) or 'none'}"
+    if isinstance(value, list):  # jit_tools_missing, gpus_*: `in` matches any of them, `is: true` any at all
+        text = f"host {fact}: {', '.join(_gpu_detail(fact, v, ctx.host.facts) for v in value) or 'none'}"
         if "is" in cond:
             return bool(value) == cond["is"], text
         return any(str(v) in {str(w) for w in cond["in"]} for v in value), text
@@ -907,6 +920,18 @@ def _host_condition(cond: Mapping[str, Any], ctx: Context) -> Result:
             text += f" ({probe})"
         return bool(value) == cond["is"], text
     return str(value) in {str(v) for v in cond["in"]}, f"host {fact} {value}"
+
+
+def _gpu_detail(fact: str, gpu: str, facts: Mapping[str, Any]) -> str:
+    """A GPU a gpus_* fact names, with the figures it was judged by where the file has them."""
+    try:
+        if fact == "gpus_power_below_default":
+            return f"{gpu} {facts['power_limit_w'][gpu]:g} W (default {facts['power_default_limit_w'][gpu]:g} W)"
+        if fact == "gpus_bar1_below_memory":
+            return f"{gpu} BAR1 {facts['bar1_total_mib'][gpu]} MiB"
+    except (KeyError, TypeError, ValueError):
+        pass
+    return gpu
 
 
 def memory_check(entry: Entry, ctx: Context) -> Result:
