@@ -441,12 +441,25 @@ def test_absent_facts_are_unknown_never_ok(aliases: dict[str, str], kimi: Path) 
     for entry_id in ("nccl-p2p-uvm-hmm-on", "pcie-aspm-surprise-link-down", "nccl-p2p-iommu-translated"):
         absent = verdict(entry_id, context(aliases, ["--tp-size", "8"], host=read_host_facts(HOST8)))
         assert absent.verdict == "unknown" and "not in the file" in absent.text(), absent.text()
-    said = parse_host_facts({"facts_unknown": {"uvm_disable_hmm": "nvidia_uvm is not loaded"}}, "f.json")
+    gpus = read_host_facts(HOST8).gpus
+    said = parse_host_facts({"gpus": gpus, "facts_unknown": {"uvm_disable_hmm": "nvidia_uvm is not loaded"}}, "f.json")
     hmm = verdict("nccl-p2p-uvm-hmm-on", context(aliases, ["--tp-size", "8"], host=said))
     assert hmm.verdict == "unknown" and "host uvm_disable_hmm unknown (nvidia_uvm is not loaded: f.json)" in hmm.text()
     # a condition that fails decides even when another fact is absent
     ok = verdict("jit-all-reduce-on-pcie", context(aliases, env={"SGLANG_USE_JIT_ALL_REDUCE": "0"}, version="0.5.11"))
     assert ok.verdict == "ok"
+
+
+def test_the_fabric_entries_need_gpus_on_the_fabric(aliases: dict[str, str]) -> None:
+    """A host checked without GPUs (the lab's containers, which read the real kernel's ASPM policy and IOMMU
+    groups) is not refused for the GPUs' PCIe fabric; the same facts with GPUs listed are."""
+    facts = {"iommu_mode": "translated", "uvm_disable_hmm": False, "pcie_aspm_policy": "default"}
+    bare = parse_host_facts(facts, "lab.json")
+    with_gpus = parse_host_facts({"gpus": read_host_facts(HOST8).gpus, **facts}, "gpu-host.json")
+    for entry_id in ("nccl-p2p-uvm-hmm-on", "pcie-aspm-surprise-link-down", "nccl-p2p-iommu-translated"):
+        lab = verdict(entry_id, context(aliases, ["--tp-size", "8"], host=bare))
+        assert lab.verdict == "ok" and "host nvidia_gpus false" in lab.text(), lab.text()
+        assert verdict(entry_id, context(aliases, ["--tp-size", "8"], host=with_gpus)).verdict == "refused"
 
 
 def test_aliases_equals_form_and_acknowledgement(aliases: dict[str, str], kimi: Path, host8: HostFacts) -> None:

@@ -86,6 +86,7 @@ MODEL_FACTS = (
     "registered",
 )
 HOST_FACTS = (
+    "nvidia_gpus",
     "pcie_only",
     "p2p_supported",
     "driver_version",
@@ -543,6 +544,12 @@ class HostFacts:
     def memory_mib(self) -> Optional[int]:
         return min(g["memory_mib"] for g in self.gpus) if self.gpus else None
 
+    @property
+    def nvidia_gpus(self) -> bool:
+        """Whether the facts list NVIDIA GPUs (a host checked without them, the lab's containers, lists none): the
+        entries about the GPUs' PCIe fabric apply only where there are GPUs on it."""
+        return bool(self.gpus)
+
 
 def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
     """Host facts as plugins/modules/sglang_preflight.py returns them (gpus: index, name, compute_cap,
@@ -574,7 +581,7 @@ def parse_host_facts(data: Any, source: str = "host facts") -> HostFacts:
     if problems:
         raise FactsError(f"{source}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     # the catalogue's host facts (driver_version comes from the GPUs) and what they fall back on
-    typed = (set(HOST_FACTS) - {"driver_version"}) | {"nvidia_module_version", "facts_unknown"}
+    typed = (set(HOST_FACTS) - {"driver_version", "nvidia_gpus"}) | {"nvidia_module_version", "facts_unknown"}
     return HostFacts(
         source,
         gpus,
