@@ -847,7 +847,8 @@ GPU_FACTS = (
 
 def below(values: Mapping[str, Optional[float]], bounds: Mapping[str, Optional[float]], what: str) -> tuple[Optional[list[str]], str]:
     """(the GPUs whose value is below its bound, or None when none is and one cannot be compared; why)."""
-    found = sorted((g for g in values if values[g] is not None and bounds.get(g) is not None and values[g] < bounds[g]), key=_gpu_order)  # type: ignore[operator]
+    compared = [g for g in values if values[g] is not None and bounds.get(g) is not None]
+    found = sorted((g for g in compared if values[g] < bounds[g]), key=_gpu_order)  # type: ignore[operator]
     unread = sorted((g for g in values if values[g] is None or bounds.get(g) is None), key=_gpu_order)
     if unread and not found:
         return None, f"{what} not reported for {', '.join(unread)}"
