@@ -461,6 +461,46 @@ def test_the_report_shows_the_start_canary_and_never_reads_its_accept_length_as_
     assert "- **skipped** (not recorded): no start canary recorded for this release" in md
 
 
+FABRIC = {
+    "status": "short",
+    "message": "all-reduce across 8 GPUs: 22.2 GB/s bus bandwidth at 256 MiB, 48.0 us at 32 KiB",
+    "world_size": 8,
+    "planned_gpus": 8,
+    "backend": "nccl",
+    "seconds": 6.4,
+    "large_busbw_gbs": 22.2,
+    "small_latency_us": 48.0,
+    "env": {"NCCL_P2P_LEVEL": "SYS"},
+    "shortfalls": ["bus bandwidth 22.2 GB/s is below 30 GB/s (rtx6kpro nccl-tuning.md)"],
+    "thresholds": {"gpus": 8, "min_busbw_gbs": 30, "max_small_latency_us": 40, "source": "rtx6kpro nccl-tuning.md"},
+    "candidates": [
+        {"name": "ll-16-channels", "env": {"NCCL_PROTO": "LL"}, "status": "ok", "large_busbw_gbs": 38.1, "small_latency_us": 27.0}
+    ],
+    "chosen": {"name": "ll-16-channels"},
+    "host": {"uvm_disable_hmm": True, "iommu_mode": "off", "power_limit_w": {"0": 600.0}},
+}
+
+
+def test_the_report_shows_the_fabric_figures_with_the_host_facts_beside_them() -> None:
+    figures = figures_for({"baseline": 90, "eagle3": 120})
+    v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
+    report = build_report("gpu-1", {**MANIFEST, "fabric": FABRIC}, figures, v, "eagle3", [], {})
+    assert report["fabric"]["large_busbw_gbs"] == 22.2 and report["fabric"]["host"]["iommu_mode"] == "off"
+    md = render_markdown(report)
+    assert "## Fabric (all-reduce before the load)" in md and "- **short**: all-reduce across 8 GPUs" in md
+    assert "- 8 ranks, backend nccl: bus bandwidth 22.2 GB/s, small all-reduce 48.0 us, in 6.4 s" in md
+    assert "- NCCL environment: NCCL_P2P_LEVEL=SYS" in md and "- short: bus bandwidth 22.2 GB/s is below 30 GB/s" in md
+    assert "- candidate ll-16-channels (NCCL_PROTO=LL): ok, 38.1 GB/s, 27.0 us" in md
+    assert "- kept in the release's fabric.env: **ll-16-channels**" in md
+    assert "- host facts beside the figures:\n  - uvm_disable_hmm: True\n  - iommu_mode: off\n  - power_limit_w: 0=600.0" in md
+    stand_in = {**FABRIC, "world_size": 2, "backend": "gloo", "candidates": [], "chosen": {}}
+    assert "- 2 ranks (the plan uses 8), backend gloo" in render_markdown(
+        build_report("gpu-1", {**MANIFEST, "fabric": stand_in}, figures, v, "eagle3", [], {})
+    )
+    md = render_markdown(build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {}))
+    assert "- **not recorded**: no fabric check recorded for this release" in md
+
+
 def test_the_report_says_where_the_worker_stood_in_its_router_and_how_long_it_drained() -> None:
     figures = figures_for({"baseline": 90, "eagle3": 120})
     v = verdict(figures, "baseline", "eagle3", "warn", 1.0)

@@ -376,6 +376,7 @@ def build_report(
         },
         "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
         "canary": canary_summary(manifest.get("canary")),
+        "fabric": fabric_summary(manifest.get("fabric")),
         "router": router_summary(router),
         "history": [dict(h) for h in history],
     }
@@ -470,6 +471,70 @@ def canary_summary(record: Any) -> dict[str, Any]:
         "log": record.get("log") or "",
         "graphs": record.get("graphs") or "",
     }
+
+
+def fabric_summary(record: Any) -> dict[str, Any]:
+    """The fabric check as the release's manifest recorded it (role sglang_fabric's outcome): status, ranks and
+    backend, the figures, what they fall short of, the NCCL environment, the candidates measured and the one kept,
+    and the host facts beside them (so two reports say why their figures differ). A release with none says so."""
+    if not isinstance(record, Mapping):
+        return {"status": "not recorded", "message": "no fabric check recorded for this release (made before the check existed)"}
+    keep = ("status", "message", "world_size", "planned_gpus", "backend", "seconds", "large_busbw_gbs", "small_latency_us", "reused")
+    summary: dict[str, Any] = {k: record.get(k) for k in keep}
+    summary["env"] = dict(record.get("env") or {})
+    summary["shortfalls"] = [str(s) for s in record.get("shortfalls") or []]
+    summary["explained_by"] = [str(s) for s in record.get("explained_by") or []]
+    summary["thresholds"] = dict(record.get("thresholds") or {})
+    summary["candidates"] = [dict(c) for c in record.get("candidates") or [] if isinstance(c, Mapping)]
+    summary["chosen"] = dict(record.get("chosen") or {})
+    summary["host"] = dict(record.get("host") or {})
+    return summary
+
+
+def _fact_text(value: Any) -> str:
+    """A host fact as a report shows it: per-GPU mappings as `gpu=value` pairs, lists joined."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value)
+
+
+def fabric_lines(fabric: Mapping[str, Any]) -> list[str]:
+    """The report's "Fabric" section: the all-reduce figures before the load, and the host facts beside them."""
+    lines = ["", "## Fabric (all-reduce before the load)", ""]
+    status = fabric.get("status") or "-"
+    lines.append(f"- **{_md(status)}**: {_md(fabric.get('message') or '-')}{' (recorded before, reused)' if fabric.get('reused') else ''}")
+    if fabric.get("world_size"):
+        stand_in = "" if fabric.get("world_size") == fabric.get("planned_gpus") else f" (the plan uses {fabric.get('planned_gpus')})"
+        lines.append(
+            f"- {fabric['world_size']} ranks{stand_in}, backend {_md(fabric.get('backend') or '-')}: bus bandwidth "
+            f"{_fmt(fabric.get('large_busbw_gbs'))} GB/s, small all-reduce {_fmt(fabric.get('small_latency_us'))} us, "
+            f"in {_fmt(fabric.get('seconds'))} s"
+        )
+    env = fabric.get("env") or {}
+    lines.append(f"- NCCL environment: {', '.join(f'{k}={_md(v)}' for k, v in env.items()) or 'NCCL defaults'}")
+    limits = fabric.get("thresholds") or {}
+    if limits:
+        lines.append(
+            f"- thresholds for {limits.get('gpus')} GPUs: at least {limits.get('min_busbw_gbs')} GB/s, at most "
+            f"{limits.get('max_small_latency_us')} us ({_md(limits.get('source') or '-')})"
+        )
+    lines += [f"- short: {_md(s)}" for s in fabric.get("shortfalls") or []]
+    lines += [f"- explained by: {_md(s)}" for s in fabric.get("explained_by") or []]
+    for cand in fabric.get("candidates") or []:
+        env_text = ", ".join(f"{k}={v}" for k, v in (cand.get("env") or {}).items())
+        lines.append(
+            f"- candidate {_md(cand.get('name'))} ({_md(env_text)}): {_md(cand.get('status'))}, "
+            f"{_fmt(cand.get('large_busbw_gbs'))} GB/s, {_fmt(cand.get('small_latency_us'))} us"
+        )
+    if fabric.get("chosen"):
+        lines.append(f"- kept in the release's fabric.env: **{_md(fabric['chosen'].get('name'))}**")
+    host = fabric.get("host") or {}
+    if host:
+        lines.append("- host facts beside the figures:")
+        lines += [f"  - {k}: {_md(_fact_text(v))}" for k, v in host.items()]
+    return lines
 
 
 def canary_lines(canary: Mapping[str, Any]) -> list[str]:
@@ -684,6 +749,7 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         lines.append(f"- {opt['name']} ({asked}): **{opt['state']}**: {_md(why)}")
     if not report["optimisations"]:
         lines.append("- none requested by the flags")
+    lines += fabric_lines(report.get("fabric") or fabric_summary(None))
     lines += canary_lines(report.get("canary") or canary_summary(None))
     lines += router_lines(report.get("router") or {})
     return "\n".join(lines) + "\n"
