@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import DATA
 from sglang_sm120.host import fabric, fabric_check
 
 PLAN = ["--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8"]
@@ -195,3 +196,35 @@ def test_the_real_worker_written_out_runs_gloo_ranks(tmp_path: Path, sglang_runt
     assert record["world_size"] == 2 and record["planned_gpus"] == 8 and record["answered"] == [0, 1]
     assert record["large_busbw_gbs"] > 0 and record["small_latency_us"] > 0
     assert record["host_facts_missing"] == "" and record["host"]["gpus"] == 0
+
+
+def test_a_plan_on_more_gpus_than_the_host_lists_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    runner = FakeRunner({"SYS": 40.0})
+    four = {**GOOD_FACTS, "gpus": [{"index": i} for i in range(4)]}
+    with pytest.raises(fabric_check.FabricCheckError, match=r"the plan uses 8 GPUs .* but the host facts list 4: not started"):
+        fabric_check.run(request(tmp_path, four), runner=runner)
+    assert runner.calls == [] and json.loads((tmp_path / "fabric.json").read_text())["status"] == "failed"
+    assert fabric_check.run(request(tmp_path, four, policy="warn"), runner=runner)["status"] == "failed"
+
+
+CAPTURE = DATA / "real-gpu" / "fabric-check-h100"
+
+
+def test_the_h100_captures_show_the_record_the_refusals_and_the_bound() -> None:
+    summary = json.loads((CAPTURE / "summary.json").read_text())
+    plan = json.loads((CAPTURE / "plan" / "fabric.json").read_text())
+    assert plan["status"] == "ok" and plan["backend"] == "nccl" and plan["world_size"] == 1 and plan["env"] == {"NCCL_DEBUG": "WARN"}
+    assert plan["host"]["uvm_disable_hmm"] is False and plan["host"]["iommu_mode"] == "off" and plan["host"]["gpus"] == 1
+    assert summary["again"]["record"]["reused"] and summary["again"]["record"]["key"] == plan["key"]
+    too_many = json.loads((CAPTURE / "too-many" / "fabric.json").read_text())
+    assert too_many["status"] == "failed" and "the host facts list 1: not started" in too_many["message"] and "seconds" not in too_many
+    bound = json.loads((CAPTURE / "bound" / "fabric.json").read_text())
+    assert bound["status"] == "timeout" and bound["missing"] == [0, 1] and summary["bound"]["refused"]
+    assert 90 <= bound["seconds"] < 105 and "killed at the bound" in bound["message"]
+    assert "left after the bound: 0 processes" in (CAPTURE / "stderr.txt").read_text()
+    # the facts the H100 machine really has explain a hang where facts were given (HMM on, ASPM default)
+    facts, _ = fabric_check.read_host_facts(str(CAPTURE / "host-facts.json"))
+    assert [r.split(" (")[0] for r in fabric_check.explain(facts)] == [
+        "nvidia_uvm runs with HMM on",
+        "PCIe ASPM policy default: set host_tuning_pcie_aspm_off",
+    ]

@@ -231,6 +231,14 @@ def run(req: CheckRequest, check_mode: bool = False, runner: Optional[Runner] = 
         return {**record, "message": "fabric check off (sglang_fabric_policy: off)"}
     if req.backend == "nccl" and facts and not facts.get("gpus"):
         return {**record, "message": "no NVIDIA GPU in the host facts: nothing to all-reduce across"}
+    listed = len(facts.get("gpus") or [])
+    if req.backend == "nccl" and listed and gpus > listed:
+        record.update(status="failed", message=f"the plan uses {gpus} GPUs (tp x pp x dp) but the host facts list {listed}: not started")
+        if not check_mode:
+            _write(req, record)
+        if req.policy == "refuse":
+            raise FabricCheckError(f"fabric check refused the deploy before the canary and the load: {record['message']}", fabric=record)
+        return record
     key = request_key(req, gpus, facts)
     record["key"] = key
     previous = _read_record(req.record)
