@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import DATA, ROOT, standin_server
+from conftest import CACHE, DATA, ROOT, free_port, standin_server
 from sglang_sm120.fleet import drain, router
 from sglang_sm120.serve import bench_client
 
@@ -266,6 +268,72 @@ def test_a_server_without_v1_loads_is_read_from_get_load(replay) -> None:
     legacy = {"status": 200, "body": [{"dp_rank": 0, "num_reqs": 3, "num_waiting_reqs": 1, "num_tokens": 9, "ts_tic": 1.0}]}
     _, url = replay({"GET /get_load": [legacy]})
     assert drain.read_load(url, None) == drain.Load(2, 1, "/get_load")
+
+
+# SGLang 0.5.9's own HTTP-metrics middleware and v1_loads router, served by uvicorn with the FastAPI of the real
+# 0.5.9 runtime environment (as resolved by `make sglang-runtime`); /get_load declared on the app as http_server.py
+# declares it, its answer (2 running, 1 waiting) standing in for the scheduler's.
+METRICS_APP = """
+import sys
+
+import uvicorn
+from fastapi import FastAPI
+from sglang.srt.entrypoints.v1_loads import router as v1_loads_router
+from sglang.srt.utils.common import add_prometheus_track_response_middleware
+
+app = FastAPI()
+app.include_router(v1_loads_router)
+
+
+@app.get("/get_load")
+async def get_load():
+    return [{"dp_rank": 0, "num_reqs": 3, "num_waiting_reqs": 1, "num_tokens": 0, "num_pending_tokens": 0, "ts_tic": 0.0}]
+
+
+add_prometheus_track_response_middleware(app)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+def test_sglangs_metrics_middleware_fails_v1_loads_on_new_fastapi_and_the_drain_reads_get_load(
+    tmp_path: Path, sglang_runtime_python: Path
+) -> None:
+    fastapi_version = subprocess.run(
+        [str(sglang_runtime_python), "-c", "import fastapi; print(fastapi.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert tuple(int(p) for p in fastapi_version.split(".")[:2]) >= (0, 137), f"the runtime's FastAPI {fastapi_version} predates the change"
+    (tmp_path / "app.py").write_text(METRICS_APP)
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        env = {**os.environ, "PYTHONPATH": str(CACHE / "sglang" / "0.5.9")}
+        server = subprocess.Popen(
+            [str(sglang_runtime_python), str(tmp_path / "app.py"), str(port)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                status = urllib.request.urlopen(url + "/get_load", timeout=5).status
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.5)
+        assert status == 200
+        load = drain.read_load(url, None)
+        assert (load.running, load.waiting, load.source) == (2, 1, "/get_load")
+        assert load.note.startswith("GET /v1/loads answered HTTP 500") and "v1-loads-500-metrics-middleware-fastapi-0137" in load.note
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert "'_IncludedRouter' object has no attribute 'path'" in log.read_text()
+
+
+def test_a_500_from_v1_loads_without_get_load_is_refused_naming_the_cause(replay) -> None:
+    _, url = replay({"GET /v1/loads": [{"status": 500, "body": None, "content_type": "text/plain"}]})
+    with pytest.raises(drain.DrainError, match=r"has no /get_load to read instead.*Pin fastapi below 0.137"):
+        drain.read_load(url, None)
 
 
 def test_a_drain_needs_two_quiet_polls_in_a_row() -> None:

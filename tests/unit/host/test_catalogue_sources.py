@@ -405,6 +405,22 @@ def activation_is_jit_on_cuda(version: str) -> bool:
     return bool(re.search(r"from sglang\.(jit_kernel\.activation|kernels\.ops\.activation\.activation) import", branch))
 
 
+def metrics_middleware_reads_route_path(version: str) -> bool:
+    """Affected: the HTTP-metrics middleware's _get_fastapi_request_path returns route.path of the matched route
+    unguarded (srt/utils/common.py; from 0.5.23 srt/observability/http_request_metrics.py), which FastAPI 0.137's
+    _IncludedRouter does not have; from 0.5.16 it reads getattr(route, "path", ...)."""
+    for relative in ("srt/utils/common.py", "srt/observability/http_request_metrics.py"):
+        try:
+            text = source(version, relative)
+        except ProbeError:
+            continue
+        if "def _get_fastapi_request_path" in text:
+            node = function(text, "_get_fastapi_request_path", f"SGLang {version} {relative}")
+            body = ast.unparse(node)
+            return "route.path" in body and "getattr(route, 'path'" not in body
+    raise ProbeError(f"SGLang {version}: no _get_fastapi_request_path in srt/utils/common.py nor srt/observability/")
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "sglang-jit-activation-vs-gcc-12": jit_activation_decltype_of_member_template,
@@ -426,6 +442,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "draft-quantized-online-to-nvfp4": lambda version: not draft_inherits_quantization_and_fails(version),
     "triton-mla-decode-fp8-kv-smem-on-sm120": triton_mla_decode_two_stages,
     "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
+    "v1-loads-500-metrics-middleware-fastapi-0137": metrics_middleware_reads_route_path,
 }
 
 # entry id -> why its range is not read from SGLang's source

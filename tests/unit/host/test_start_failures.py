@@ -259,6 +259,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, pcie_aspm_policy="performance")), "ok"),
             "outside": None,
         },
+        "v1-loads-500-metrics-middleware-fastapi-0137": {
+            "hit": (dict(argv=["--enable-metrics"], version="0.5.13"), "warning"),
+            "miss": (dict(version="0.5.13"), "ok"),
+            "outside": dict(argv=["--enable-metrics"], version="0.5.16"),
+        },
         "gpu-power-limit-below-default": {
             "hit": (dict(host=host_with(host8, gpus_power_below_default=["GPU7"])), "warning"),
             "miss": (dict(host=host_with(host8, gpus_power_below_default=[])), "ok"),
@@ -556,7 +561,8 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     config.json's quant_method modelopt (read as ModelOpt FP8), and from 0.5.16 for the NVFP4 MoE runner
     left on auto (flashinfer_trtllm after the load); with the toolkit's additions for that release
     (--kv-cache-dtype, --quantization modelopt_fp4 with the draft unquantized, and --moe-runner-backend
-    flashinfer_cutlass from 0.5.16 only) nothing refuses or warns."""
+    flashinfer_cutlass from 0.5.16 only) nothing refuses, and only the metrics middleware's /v1/loads
+    warns (0.5.9-0.5.15)."""
     sglang = tree(version)
     aliases = {name: flag.name for name, flag in _lookup(release_flag_table(sglang)).items()}
     argv = recipe_argv(version)
@@ -591,7 +597,9 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
         bad = evaluate_entry(ENTRIES["flashinfer-cutlass-moe-autotune-corrupts-on-sm120"], context(aliases, [*argv, *without], **kw))
         assert bad.verdict == "refused" and "--disable-flashinfer-autotune not given" in bad.text(), bad.text()
     explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
-    assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == []
+    # --enable-metrics (the recipe's and every profile's) on 0.5.9-0.5.15: /v1/loads answers 500 with FastAPI 0.137+
+    metrics_500 = ["v1-loads-500-metrics-middleware-fastapi-0137"] if version_tuple(version) <= (0, 5, 15) else []
+    assert [v.id for v in explicit if v.verdict in ("refused", "warning")] == metrics_500
 
 
 # --- the catalogue's schema ------------------------------------------------------------------
@@ -781,7 +789,11 @@ def test_cli_recipe_accepted_json_lists_every_entry(kimi: Path) -> None:
         sf = report["start_failures"]
         assert report["ok"] is True and sf["capability"] == "12.0" and sf["capability_from"] == "--host-facts"
         assert sorted(v["id"] for v in sf["verdicts"]) == sorted(ENTRIES)
-        assert all(v["verdict"] in ("ok", "unknown", "n/a") and v["evidence"] for v in sf["verdicts"]), sf["verdicts"]
+        # every profile gives --enable-metrics: on 0.5.9-0.5.15 the metrics middleware's /v1/loads 500 is a warning
+        metrics_500 = {"v1-loads-500-metrics-middleware-fastapi-0137"} if version == "0.5.9" else set()
+        assert {v["id"] for v in sf["verdicts"] if v["verdict"] == "warning"} == metrics_500, sf["verdicts"]
+        others = [v for v in sf["verdicts"] if v["id"] not in metrics_500]
+        assert all(v["verdict"] in ("ok", "unknown", "n/a") and v["evidence"] for v in others), others
         assert sf["counts"]["refused"] == 0 and sf["env"] == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
         moe = next(v for v in sf["verdicts"] if v["id"] == "nvfp4-moe-runner-auto-is-trtllm-on-sm120")
         assert moe["verdict"] == ("ok" if version == "0.5.23" else "n/a"), moe

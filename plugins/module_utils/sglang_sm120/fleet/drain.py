@@ -7,7 +7,11 @@ SGLang's ``sglang:num_running_reqs`` gauge is refreshed every 40 decode steps or
 ``{"loads": [{"dp_rank", "num_running_reqs", "num_waiting_reqs", ...}, ...]}`` per DP rank: in 0.5.9
 asked of the scheduler at each call; from 0.5.13 read from the snapshot the scheduler publishes every
 15 decode steps (``--load-snapshot-publish-interval``) and at once on a prefill and when it turns idle.
-``GET /get_load`` (0.5.9-0.5.22, deprecated, gone in 0.5.23) is used only where /v1/loads is 404:
+``GET /get_load`` (0.5.9-0.5.20, deprecated, gone in 0.5.21; from 0.5.13 a shim over the same loads) is used
+where /v1/loads is 404, and where it answers 500: SGLang 0.5.9-0.5.15's HTTP-metrics middleware
+(``--enable-metrics``, ``_get_fastapi_request_path``) reads ``route.path`` of every route it matches, and FastAPI
+0.137 and later put an included router (v1_loads' ``APIRouter``) in ``app.routes`` as an ``_IncludedRouter`` that has
+none: ``/v1/loads`` answers 500, ``/get_load`` (declared on the app itself) answers. 0.5.16 reads it with getattr.
 ``[{"dp_rank", "num_reqs" (running + waiting), ...}]``. Both need the server's API key.
 """
 
@@ -35,6 +39,7 @@ class Load:
     running: int
     waiting: int
     source: str  # the endpoint read: /v1/loads or /get_load
+    note: str = ""  # why the endpoint read is not /v1/loads, where it answered but failed
 
     @property
     def in_flight(self) -> int:
@@ -74,21 +79,36 @@ def _get(url: str, path: str, api_key: Optional[str], timeout: float) -> tuple[i
         conn.close()
 
 
+V1_LOADS_500 = (
+    "GET /v1/loads answered HTTP 500: SGLang 0.5.9-0.5.15's metrics middleware (--enable-metrics) fails on FastAPI "
+    "0.137 or later (start-failure catalogue: v1-loads-500-metrics-middleware-fastapi-0137)"
+)
+
+
 def read_load(url: str, api_key: Optional[str], timeout: float = 10.0) -> Load:
-    """The server's requests in flight now: /v1/loads, or /get_load where that is 404."""
+    """The server's requests in flight now: /v1/loads, or /get_load where that is 404 or 500 (module docstring)."""
+    note = ""
     for path, parse in (("/v1/loads", parse_v1_loads), ("/get_load", parse_get_load)):
         status, text = _get(url, path, api_key, timeout)
         if status == 404:
             continue
         if status == 401:
             raise DrainError(f"GET {url}{path} answered 401: the worker's API key (sglang_service_api_key) was not accepted")
+        if status == 500 and path == "/v1/loads":
+            note = f"{V1_LOADS_500}; read /get_load instead"
+            continue
         if status != 200:
             raise DrainError(f"GET {url}{path} answered HTTP {status}: {text.strip()[:300]}")
         try:
             running, waiting = parse(json.loads(text))
         except (ValueError, KeyError, TypeError) as exc:
             raise DrainError(f"GET {url}{path} answered something that is not SGLang's load ({exc}): {text.strip()[:300]}") from exc
-        return Load(running, waiting, path)
+        return Load(running, waiting, path, note)
+    if note:
+        raise DrainError(
+            f"{url}: {V1_LOADS_500}, and it has no /get_load to read instead: its requests in flight cannot be read. "
+            "Pin fastapi below 0.137 in the release's closure, or deploy SGLang 0.5.16 or later"
+        )
     raise DrainError(f"{url} answers 404 to both /v1/loads and /get_load: not an SGLang server of 0.5.9 or later")
 
 
