@@ -796,3 +796,12 @@ def test_bench_serving_output_keeps_no_key_the_server_echoed(tmp_path: Path) -> 
     record = json.loads(text)
     assert record["server_info"]["api_key"] == "<redacted>" and record["server_info"]["internal_states"][0]["api_key"] == "<redacted>"
     assert record["duration"] == 1.0
+
+
+def test_report_md_is_plain_text_without_html_entities() -> None:
+    figures = figures_for({"baseline": 90, "eagle3": 120})
+    v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
+    odd = {**FABRIC, "message": "the release's <b>log</b> said: a | b & c"}
+    md = render_markdown(build_report("gpu-1", {**MANIFEST, "fabric": odd}, figures, v, "eagle3", [], {}))
+    assert "- **short**: the release's \\<b\\>log\\</b\\> said: a \\| b & c" in md
+    assert not re.search(r"&(#x?[0-9a-f]+|[a-z]+);", md), re.findall(r"&\S+;", md)

@@ -26,10 +26,10 @@ server's counters, which the role zeroes before each bench_serving run (bench_cl
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -648,7 +648,9 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 def _md(text: Any) -> str:
-    return html.escape(str(text)).replace("|", "\\|")
+    """A value in report.md, plain text that renders as written: `<` and `>` (a log line's markup, never HTML) and
+    `|` (a table cell) backslash-escaped as CommonMark allows; no HTML entities, which plain-text readers show raw."""
+    return re.sub(r"([<>|])", r"\\\1", str(text))
 
 
 def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") -> str:
