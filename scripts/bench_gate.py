@@ -2,7 +2,7 @@
 """Benchmark: how long sglang-flags takes to check a flag set with SGLang's own ServerArgs.
 
 Goal (issue 20, item 2): a warm check takes at most 10 s. Three ways of checking, each on the real
-SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the Kimi-K2.5 EAGLE-3 recipe and
+SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the eagle3 profile as shipped and
 the Kimi-shaped config files, new flags each time unless said otherwise (wall clock of the whole
 command, median of RUNS):
 
@@ -27,6 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
+from sglang_sm120_controller.compat import render_profile
+from sglang_sm120_controller.pinned_stack import stack_from_metadata
+
 ROOT = Path(__file__).resolve().parent.parent
 # The toolkit's command-line tools: console scripts in the venv whose Python runs this script (make venv).
 BIN = Path(sys.executable).parent
@@ -36,11 +41,26 @@ RUNS = int(os.environ.get("BENCH_GATE_RUNS", "3"))
 RELEASES = ("0.5.9", "0.5.23")
 MODELS = ROOT / "tests" / "data" / "lab-models" / "kimi-k2.5-nvfp4"  # config files, the index and the remote-code stand-in
 DRAFT = ROOT / "tests" / "data" / "models" / "kimi-k2.5-eagle3"
-RECIPE = [
-    "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", "--trust-remote-code", "--attention-backend", "flashinfer",
-    "--kv-cache-dtype", "bfloat16", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3",
-    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-]  # fmt: skip
+SERVICE = ROOT / "roles/toolkit_defaults/defaults/main/service.yml"
+STACK = ROOT / "roles/toolkit_defaults/defaults/main/stack.yml"
+
+
+def shipped_profile(version: str) -> list[str]:
+    """The eagle3 profile as the toolkit ships it (service.yml), rendered for `version` as the deploy renders it (the
+    stack's variables, the FlashInfer pin read from that release's wheel METADATA), less its draft-token count, which
+    each check sets to a new value: the flags a deploy checks, not a recipe written here."""
+    stack = yaml.safe_load(STACK.read_text(encoding="utf-8"))
+    metadata = next((CACHE / "sglang" / version).glob("sglang-*.dist-info/METADATA")).read_text(encoding="utf-8")
+    variables = {**stack, "stack_sglang_version": version, "stack_flashinfer_version": stack_from_metadata(metadata)["flashinfer"]}
+    variables.update(stack_model_path="/data/Kimi-K2.5-NVFP4", stack_draft_model_path="/data/eagle3")
+    profile = render_profile(yaml.safe_load(SERVICE.read_text(encoding="utf-8"))["sglang_profiles"]["eagle3"], variables)
+    profile.pop("speculative-num-draft-tokens", None)
+    argv: list[str] = []
+    for name, value in profile.items():
+        if name.startswith("_") or value in (None, False):
+            continue
+        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return argv
 
 
 def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[float, str]:
@@ -48,7 +68,7 @@ def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[floa
         str(BIN / "sglang-flags"), "--sglang", str(CACHE / "sglang" / version),
         "--python", str(CACHE / "sglang-runtime" / version / "venv" / "bin" / "python"),
         "--model-class", "KimiK25ForConditionalGeneration", "--model", str(MODELS), "--draft-model", str(DRAFT),
-        "--warm", str(warm), "--", *RECIPE, "--speculative-num-draft-tokens", str(tokens),
+        "--warm", str(warm), "--", *shipped_profile(version), "--speculative-num-draft-tokens", str(tokens),
     ]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "SGLANG_TOOLKIT_CACHE": str(cache)}, check=False)
@@ -67,7 +87,7 @@ def main() -> int:
             print(f"bench_gate: no runtime or tree for SGLang {version} under {CACHE}: run make sglang-runtime", file=sys.stderr)
             return 2
     missed = []
-    print(f"sglang-flags, SGLang's ServerArgs on the Kimi EAGLE-3 recipe (median of {RUNS}, wall clock; goal: warm <= {GOAL_S:.0f} s)")
+    print(f"sglang-flags, SGLang's ServerArgs on the shipped eagle3 profile (median of {RUNS}, wall clock; goal: warm <= {GOAL_S:.0f} s)")
     for version in RELEASES:
         with tempfile.TemporaryDirectory(prefix="bench-gate-") as scratch:
             cache = Path(scratch)
