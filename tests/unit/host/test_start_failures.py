@@ -259,6 +259,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--tp-size", "8"], host=host_with(host8, pcie_aspm_policy="performance")), "ok"),
             "outside": None,
         },
+        "parallel-size-exceeds-host-gpus": {
+            "hit": (dict(argv=["--tp-size", "16"], host=host8), "refused"),
+            "miss": (dict(argv=["--tp-size", "8"], host=host8), "ok"),
+            "outside": None,
+        },
         "v1-loads-500-metrics-middleware-fastapi-0137": {
             "hit": (dict(argv=["--enable-metrics"], version="0.5.13"), "warning"),
             "miss": (dict(version="0.5.13"), "ok"),
@@ -967,3 +972,26 @@ def test_triton_builds_its_launcher_against_pythons_headers_and_fails_without_th
 def sysconfig_include(python: Path) -> str:
     done = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True)
     return done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "said"),
+    [
+        (["--tp-size", "8"], "ok", "the highest GPU SGLang uses is 7, of 8"),
+        (["--tp-size", "16"], "refused", "SGLang places a rank on GPU 15, the host facts list 8 GPUs"),
+        (["--tp-size", "4", "--pp-size", "2"], "ok", "the highest GPU SGLang uses is 7"),
+        (["--tp-size", "4", "--dp-size", "2"], "ok", "the highest GPU SGLang uses is 7"),
+        (["--tp-size", "8", "--dp-size", "2"], "refused", "places a rank on GPU 15"),
+        (["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"], "ok", "the highest GPU SGLang uses is 7"),
+        (["--tp-size", "4", "--base-gpu-id", "4"], "ok", "the highest GPU SGLang uses is 7"),
+        (["--tp-size", "4", "--base-gpu-id", "6"], "refused", "places a rank on GPU 9"),
+        (["--tp-size", "16", "--nnodes", "2"], "ok", "the highest GPU SGLang uses is 7"),
+    ],
+)
+def test_parallel_sizes_are_placed_as_sglang_places_them(
+    argv: list[str], expected: str, said: str, aliases: dict[str, str], host8: HostFacts
+) -> None:
+    result = verdict("parallel-size-exceeds-host-gpus", context(aliases, argv, host=host8))
+    assert result.verdict == expected and said in result.text(), result.text()
+    unknown = verdict("parallel-size-exceeds-host-gpus", context(aliases, argv))
+    assert unknown.verdict == "unknown" and "the host's GPU count is unknown" in unknown.text()

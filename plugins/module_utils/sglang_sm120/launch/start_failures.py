@@ -115,7 +115,7 @@ CONDITIONS = {
     "host": ("is", "in", "lt", "ge"),
     "check": (),
 }
-CHECKS = ("memory", "memory_reserve", "draft_fits")
+CHECKS = ("memory", "memory_reserve", "draft_fits", "parallel_gpus")
 # Keys of a host-facts file: the preflight module's result (plugins/modules/sglang_preflight.py: gpus and
 # the facts of plugins/module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable, triton_ptxas_knows_arch: the release venv's probes).
@@ -1073,6 +1073,40 @@ def draft_fits_check(ctx: Context) -> Result:
     return False, f"the draft fits the target ({', '.join(right)})"
 
 
+def parallel_gpus_check(ctx: Context) -> Result:
+    """True when SGLang would place a rank on a GPU the host does not have. SGLang's own placement (0.5.9-0.5.23
+    entrypoints/engine.py _launch_subprocesses, managers/data_parallel_controller.py): on one node the ranks of pipeline
+    stage p and tensor rank t go to GPU base_gpu_id + p x tp + t x gpu_id_step, and each data-parallel replica (without
+    --enable-dp-attention) starts tp x pp x gpu_id_step GPUs further; model_runner then calls set_device on it, which
+    fails with "invalid device ordinal" after the processes start (or NCCL waits for a rank that never joins)."""
+    sizes: dict[str, int] = {}
+    shown = []
+    for name, default in (("tp-size", 1), ("pp-size", 1), ("dp-size", 1), ("nnodes", 1), ("base-gpu-id", 0), ("gpu-id-step", 1)):
+        given, raw = ctx.flag(name)
+        raw = raw if given or raw not in (None, False) else default
+        try:
+            sizes[name] = int(raw)
+        except (TypeError, ValueError):
+            return None, f"--{name} {raw!r} is not an integer"
+        if given:
+            shown.append(f"--{name} {sizes[name]}{ctx.flag_note(name)}")
+    if ctx.host is None:
+        return None, "no --host-facts given: the host's GPU count is unknown"
+    if not ctx.host.gpus:
+        return None, f"no GPUs in {ctx.host.source}: the host's GPU count is unknown"
+    tp, pp, dp = sizes["tp-size"], sizes["pp-size"], sizes["dp-size"]
+    nnodes, base, step = max(sizes["nnodes"], 1), sizes["base-gpu-id"], max(sizes["gpu-id-step"], 1)
+    pp_here = max(pp // nnodes, 1)
+    tp_here = max(tp // max(nnodes // pp, 1), 1)
+    replicas = 1 if ctx.flag("enable-dp-attention")[0] else max(dp, 1)
+    highest = base + (replicas - 1) * tp * pp * step + (pp_here - 1) * tp_here + (tp_here - 1) * step
+    count = len(ctx.host.gpus)
+    flags = ", ".join(shown) or "SGLang's defaults (one GPU)"
+    if highest >= count:
+        return True, f"{flags}: SGLang places a rank on GPU {highest}, the host facts list {count} GPUs ({ctx.host.source})"
+    return False, f"{flags}: the highest GPU SGLang uses is {highest}, of {count} ({ctx.host.source})"
+
+
 def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
     if "flags" in cond:
         return _flag_condition(cond, ctx)
@@ -1093,6 +1127,8 @@ def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
         return memory_reserve_check(entry, ctx)
     if cond.get("check") == "draft_fits":
         return draft_fits_check(ctx)
+    if cond.get("check") == "parallel_gpus":
+        return parallel_gpus_check(ctx)
     return memory_check(entry, ctx)
 
 
