@@ -421,6 +421,24 @@ def metrics_middleware_reads_route_path(version: str) -> bool:
     raise ProbeError(f"SGLang {version}: no _get_fastapi_request_path in srt/utils/common.py nor srt/observability/")
 
 
+def flashinfer_pin_lacks_fp4_gdc(version: str) -> bool:
+    """Affected: the FlashInfer this release pins (its wheel's METADATA) builds the SM120 CUTLASS FP4 GEMM without
+    -DCUTLASS_ENABLE_GDC_FOR_SM100=1, as scripts/record_flashinfer_gdc.py read each pinned FlashInfer wheel's
+    flashinfer/jit/gemm/core.py (tests/data/flashinfer-sm120-fp4-gdc.txt)."""
+    metadata = next((CACHE / "sglang" / version).glob("sglang-*.dist-info/METADATA")).read_text()
+    pin = re.search(r"^Requires-Dist: flashinfer[_-]python(?:\[[^\]]*\])?==(\S+)", metadata, re.M)
+    if pin is None:
+        raise ProbeError(f"SGLang {version}: no flashinfer_python pin in its METADATA")
+    readings = dict(
+        line.split()[:2]
+        for line in (DATA / "flashinfer-sm120-fp4-gdc.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    if pin.group(1) not in readings:
+        raise ProbeError(f"FlashInfer {pin.group(1)} (pinned by SGLang {version}) was not read: run scripts/record_flashinfer_gdc.py")
+    return readings[pin.group(1)] == "no-gdc"
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
     "sglang-jit-activation-vs-gcc-12": jit_activation_decltype_of_member_template,
@@ -443,6 +461,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "triton-mla-decode-fp8-kv-smem-on-sm120": triton_mla_decode_two_stages,
     "flashinfer-cutlass-moe-autotune-corrupts-on-sm120": flashinfer_autotune_corrupts,
     "v1-loads-500-metrics-middleware-fastapi-0137": metrics_middleware_reads_route_path,
+    "flashinfer-fp4-gemm-pdl-race-on-sm120": flashinfer_pin_lacks_fp4_gdc,
 }
 
 # entry id -> why its range is not read from SGLang's source
