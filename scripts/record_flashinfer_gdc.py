@@ -40,9 +40,8 @@ def reading(version: str) -> str:
     target = CACHE / "flashinfer-wheels"
     wheels = list(target.glob(f"flashinfer_python-{version}-*.whl"))
     if not wheels:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(target), f"flashinfer_python=={version}"], check=True
-        )
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(target), f"flashinfer_python=={version}"]
+        subprocess.run(argv, check=True)
         wheels = list(target.glob(f"flashinfer_python-{version}-*.whl"))
     with zipfile.ZipFile(wheels[0]) as wheel:
         text = wheel.read("flashinfer/jit/gemm/core.py").decode()
