@@ -105,3 +105,47 @@ def test_a_toolkit_update_reaches_the_site_and_the_sites_override_wins(tmp_path:
     assert overridden["sglang"] == "0.5.23" and overridden["cuda"] == "13.0.2"
     assert overridden["build_root"] == "/srv/sglang/build", "the toolkit's wiring follows the site's sglang_root"
     assert yaml.safe_load((DEFAULTS / "stack.yml").read_text()) == shipped
+
+
+ORPHANS_PLAY = """
+- name: Check the inventory's entries
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run preflight's inventory check
+      ansible.builtin.include_role:
+        name: sm120.sglang.preflight
+        tasks_from: inventory
+"""
+
+
+def test_host_vars_and_group_vars_that_name_nothing_are_reported_or_refused(tmp_path: Path) -> None:
+    """A host renamed in hosts.yml leaves its host_vars behind (the SSH user, the listen address, the key): preflight
+    names the entries that apply to nothing, as a warning, or refuses with preflight_orphan_inventory_entries: refuse."""
+    inv = tmp_path / "site"
+    for path, text in {
+        "hosts.yml": "all:\n  children:\n    gpu_hosts:\n      hosts:\n        gpu-02:\n          ansible_connection: local\n",
+        "host_vars/gpu-01/main.yml": "ansible_user: deploy\n",
+        "host_vars/gpu-02.yml": "sglang_service_host: 127.0.0.1\n",
+        "group_vars/gpu_hosts/main.yml": "sglang_root: /opt/sglang\n",
+        "group_vars/old_hosts.yml": "sglang_root: /srv/sglang\n",
+    }.items():
+        (inv / path).parent.mkdir(parents=True, exist_ok=True)
+        (inv / path).write_text(text)
+    (tmp_path / "play.yml").write_text(ORPHANS_PLAY)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(ANSIBLE_PLAYBOOK), "-i", str(inv / "hosts.yml"), str(tmp_path / "play.yml"), *extra]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+
+    warned = run()
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    said = " ".join(warned.stdout.split())
+    assert f"WARNING: {inv}: host_vars/gpu-01, group_vars/old_hosts name(s) no host or group of this inventory" in said, said
+    refused = run("-e", "preflight_orphan_inventory_entries=refuse")
+    assert refused.returncode == 2 and "host_vars/gpu-01, group_vars/old_hosts" in " ".join(refused.stdout.split())
+    shutil.rmtree(inv / "host_vars" / "gpu-01")
+    (inv / "group_vars" / "old_hosts.yml").unlink()
+    clean = run("-e", "preflight_orphan_inventory_entries=refuse")
+    assert clean.returncode == 0 and "name(s) no host or group" not in clean.stdout, clean.stdout
