@@ -283,7 +283,7 @@ def test_a_deploy_without_the_vault_password_stops_with_the_toolkits_hint_naming
 ) -> None:
     """Ansible reads a vars file vaulted whole before any task; the vars plugin next to the playbooks
     (plugins/vars/sglang_vault_hint.py) speaks first. With the password, it stays silent
-    (a playbook whose first task changes nothing: unlock.yml's confirmation)."""
+    (a playbook whose first task changes nothing: unlock.yml's confirmation); with a wrong one it names the file."""
     inventory = tmp_path / "inventory"
     (inventory / "host_vars" / "gpu-01").mkdir(parents=True)
     (inventory / "hosts.yml").write_text("all:\n  hosts:\n    gpu-01:\n      ansible_connection: local\n")
@@ -298,6 +298,16 @@ def test_a_deploy_without_the_vault_password_stops_with_the_toolkits_hint_naming
     proc = subprocess.run(cmd, capture_output=True, text=True, env=vault_env(password_file), cwd=ROOT, check=False)
     out = proc.stdout + proc.stderr
     assert "Breaking the deploy lock lets a new run change a host" in out and "vault-encrypted" not in out, out[-2000:]
+    # a wrong password: the file is named, and which password file the run reads, not Ansible's bare "Decryption failed"
+    wrong = tmp_path / "wrong-pass"
+    wrong.write_text("not the password\n")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=vault_env(wrong), cwd=ROOT, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert f"{vault} is vault-encrypted (ansible-vault encrypt) and none of the vault passwords this run was given opens it" in out, out[
+        -2000:
+    ]
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" in out and f"ansible-vault view {vault}" in out
 
 
 def test_listening_beyond_loopback_needs_a_key(tmp_path: Path, password_file: Path) -> None:

@@ -322,6 +322,15 @@ def no_password_message(path: Path | str) -> str:
     return f"{path} is vault-encrypted (ansible-vault encrypt) and this run was given no vault password; {PASSWORD_HINT}"
 
 
+def wrong_password_message(path: Path | str, reason: str) -> str:
+    """The toolkit's hint for a vars file vaulted whole that none of the run's vault passwords opens."""
+    return (
+        f"{path} is vault-encrypted (ansible-vault encrypt) and none of the vault passwords this run was given opens it "
+        f"({reason}); check which password file the run reads (--vault-password-file, ANSIBLE_VAULT_PASSWORD_FILE, "
+        f"--vault-id) and that {path} was encrypted with it (ansible-vault view {path})"
+    )
+
+
 def read_vars_file(path: str, kind: str, decrypt: Optional[Any] = None) -> Optional[VarsFile]:
     """A file as a VarsFile; ``decrypt(path) -> str`` opens a vault-encrypted one (None when it cannot).
     A file too large or not text is skipped."""
