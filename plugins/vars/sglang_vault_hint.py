@@ -1,5 +1,5 @@
 # The toolkit's hint when a vars file vaulted whole (host_vars/<host>/vault.yml) meets a run without a
-# vault password. Ansible loads such a file before the first task of a play and stops with its generic
+# vault password, or with none that opens it. Ansible loads such a file before the first task of a play and stops with its generic
 # "Attempting to decrypt but no vault secrets found"; this vars plugin, found by Ansible next to the
 # playbooks (plugins/vars/) and run before host_group_vars reads the same files, says what to
 # do instead. It reads no variables and returns none.
