@@ -17,13 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import ToolkitError
+from ..launch import placement
 from . import fabric
-
-# SGLang's spellings of the flags that multiply the GPUs a server uses (ServerArgs.add_cli_args, 0.5.9 to 0.5.23).
-TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
-PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
-DP_FLAGS = ("--dp-size", "--data-parallel-size", "--dp")
-DP_ATTENTION = "--enable-dp-attention"
 
 # The host facts a fabric report carries (preflight's host-facts file), so two reports say why they differ.
 SNAPSHOT_FACTS = (
@@ -75,34 +70,13 @@ class CheckRequest:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _flag(argv: Sequence[str], names: Sequence[str]) -> Optional[str]:
-    """The last value given to one of `names` (argparse keeps the last), `--f v` or `--f=v`; None when absent."""
-    value = None
-    args = [str(a) for a in argv]
-    for i, arg in enumerate(args):
-        for name in names:
-            if arg == name:
-                value = args[i + 1] if i + 1 < len(args) else None
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
 def plan_gpus(argv: Sequence[str]) -> int:
-    """GPUs a server started with `argv` uses: tp x pp, times dp unless --enable-dp-attention (which runs the dp
-    groups inside the tp ranks). SGLang's defaults are 1 each."""
-    counts = []
-    for names in (TP_FLAGS, PP_FLAGS, DP_FLAGS):
-        raw = _flag(argv, names)
-        try:
-            value = 1 if raw is None else int(raw)
-        except ValueError:
-            raise FabricCheckError(f"launch plan: {names[0]} must be a whole number, found {raw!r}") from None
-        if value < 1:
-            raise FabricCheckError(f"launch plan: {names[0]} must be at least 1, found {value}")
-        counts.append(value)
-    tp, pp, dp = counts
-    return tp * pp * (1 if DP_ATTENTION in [str(a) for a in argv] else dp)
+    """GPUs a server started with `argv` uses on this host, as SGLang places its ranks (launch/placement.py): tp x pp,
+    times dp unless --enable-dp-attention (which runs the dp groups inside the tp ranks). SGLang's defaults are 1 each."""
+    try:
+        return len(placement.gpus(placement.sizes_of(argv)))
+    except placement.PlacementError as exc:
+        raise FabricCheckError(f"launch plan: {exc}") from None
 
 
 def thresholds_for(thresholds: Sequence[Mapping[str, Any]], gpus: int) -> Optional[dict[str, Any]]:

@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from ..errors import ToolkitError
 from ..host.facts import FACT_KEYS, check_facts
+from . import placement
 from .flag_check import MLA_MODEL_CLASSES
 
 GIB = 1024**3
@@ -1074,11 +1075,9 @@ def draft_fits_check(ctx: Context) -> Result:
 
 
 def parallel_gpus_check(ctx: Context) -> Result:
-    """True when SGLang would place a rank on a GPU the host does not have. SGLang's own placement (0.5.9-0.5.23
-    entrypoints/engine.py _launch_subprocesses, managers/data_parallel_controller.py): on one node the ranks of pipeline
-    stage p and tensor rank t go to GPU base_gpu_id + p x tp + t x gpu_id_step, and each data-parallel replica (without
-    --enable-dp-attention) starts tp x pp x gpu_id_step GPUs further; model_runner then calls set_device on it, which
-    fails with "invalid device ordinal" after the processes start (or NCCL waits for a rank that never joins)."""
+    """True when SGLang would place a rank on a GPU the host does not have (SGLang's own placement, launch/placement.py);
+    model_runner then calls set_device on it, which fails with "invalid device ordinal" after the processes start (or
+    NCCL waits for a rank that never joins)."""
     sizes: dict[str, int] = {}
     shown = []
     for name, default in (("tp-size", 1), ("pp-size", 1), ("dp-size", 1), ("nnodes", 1), ("base-gpu-id", 0), ("gpu-id-step", 1)):
@@ -1094,12 +1093,18 @@ def parallel_gpus_check(ctx: Context) -> Result:
         return None, "no --host-facts given: the host's GPU count is unknown"
     if not ctx.host.gpus:
         return None, f"no GPUs in {ctx.host.source}: the host's GPU count is unknown"
-    tp, pp, dp = sizes["tp-size"], sizes["pp-size"], sizes["dp-size"]
-    nnodes, base, step = max(sizes["nnodes"], 1), sizes["base-gpu-id"], max(sizes["gpu-id-step"], 1)
-    pp_here = max(pp // nnodes, 1)
-    tp_here = max(tp // max(nnodes // pp, 1), 1)
-    replicas = 1 if ctx.flag("enable-dp-attention")[0] else max(dp, 1)
-    highest = base + (replicas - 1) * tp * pp * step + (pp_here - 1) * tp_here + (tp_here - 1) * step
+    used = placement.gpus(
+        placement.Sizes(
+            tp=sizes["tp-size"],
+            pp=sizes["pp-size"],
+            dp=sizes["dp-size"],
+            nnodes=sizes["nnodes"],
+            base=sizes["base-gpu-id"],
+            step=sizes["gpu-id-step"],
+            dp_attention=bool(ctx.flag("enable-dp-attention")[0]),
+        )
+    )
+    highest = used[-1]
     count = len(ctx.host.gpus)
     flags = ", ".join(shown) or "SGLang's defaults (one GPU)"
     if highest >= count:

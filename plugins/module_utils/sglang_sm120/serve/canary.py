@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..errors import ToolkitError
+from ..launch import placement
+from ..launch.placement import flag_of, flag_value
 from . import bench_client
 from . import evidence as server_evidence
 from . import health as service_health
@@ -48,8 +50,8 @@ PORT_FLAGS = ("--port",)
 HOST_FLAGS = ("--host",)
 MEM_FLAGS = ("--mem-fraction-static",)
 KV_DTYPE_FLAGS = ("--kv-cache-dtype",)
-TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
-PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
+TP_FLAGS = placement.TP_FLAGS
+PP_FLAGS = placement.PP_FLAGS
 CANARY_HOST = "127.0.0.1"
 
 PHASES = {
@@ -211,18 +213,12 @@ class CanaryResult:
 # ------------------------------------------------------------------ the canary's flags
 
 
-def _flag_of(arg: str, names: Sequence[str]) -> Optional[str]:
-    """The name when arg is one of the flags (``--flag`` or ``--flag=value``), else None."""
-    name = arg.split("=", 1)[0]
-    return name if name in names and arg.startswith("--") else None
-
-
 def _replace(argv: list[str], names: Sequence[str], value: str) -> bool:
     """Every occurrence of the flag gets value (as it was spelt: ``--f v`` or ``--f=v``); whether any was found."""
     found = False
     i = 0
     while i < len(argv):
-        name = _flag_of(argv[i], names)
+        name = flag_of(argv[i], names)
         if name is None:
             i += 1
             continue
@@ -236,16 +232,6 @@ def _replace(argv: list[str], names: Sequence[str], value: str) -> bool:
         else:
             raise CanaryArgvError(f"{argv[i]} has no value in the launch flags")
     return found
-
-
-def flag_value(argv: Sequence[str], names: Sequence[str]) -> Optional[str]:
-    """The last value of the flag in argv (argparse keeps the last), either spelling; None when absent."""
-    value = None
-    for i, arg in enumerate(argv):
-        name = _flag_of(arg, names)
-        if name is not None:
-            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
 
 
 def canary_argv(
@@ -308,7 +294,7 @@ def _drop_list_flag(argv: list[str], names: Sequence[str]) -> list[str]:
     out: list[str] = []
     skipping = False
     for arg in argv:
-        if _flag_of(arg, names) is not None:
+        if flag_of(arg, names) is not None:
             skipping = "=" not in arg
             continue
         if skipping and not arg.startswith("-"):
@@ -333,7 +319,7 @@ def trim_cuda_graphs(argv: Sequence[str], batch_sizes: Sequence[int], sglang_ver
         return out, "CUDA graphs as the launch plan captures them (sglang_canary_graph_batch_sizes is empty)"
     if any(b < 1 for b in sizes):
         raise CanaryArgvError(f"sglang_canary_graph_batch_sizes must be positive batch sizes, found {list(batch_sizes)}")
-    if any(_flag_of(a, NO_GRAPH_FLAGS) for a in out):
+    if any(flag_of(a, NO_GRAPH_FLAGS) for a in out):
         return out, "no CUDA graphs to trim: the launch plan has --disable-cuda-graph"
     version = server_evidence.parse_version(sglang_version)
     if version is None:
@@ -497,15 +483,14 @@ def query_gpu_memory() -> list[GpuMemory]:
 
 
 def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
-    """The physical GPU indices the server of these flags uses: tp x pp ranks from --base-gpu-id
-    (SGLang's default 0), through CUDA_VISIBLE_DEVICES when it lists indices."""
+    """The physical GPU indices the server of these flags uses, as SGLang places its ranks (launch/placement.py: tp x pp
+    from --base-gpu-id, each dp replica further), through CUDA_VISIBLE_DEVICES when it lists indices."""
     try:
-        tp = int(flag_value(argv, TP_FLAGS) or 1)
-        pp = int(flag_value(argv, PP_FLAGS) or 1)
-        base = int(flag_value(argv, ("--base-gpu-id",)) or 0)
-    except ValueError as exc:
-        raise CanaryArgvError(str(exc)) from exc
-    logical = list(range(base, base + tp * pp))
+        sizes = placement.sizes_of(argv)
+    except placement.PlacementError as exc:
+        raise CanaryArgvError(f"argv: {exc}") from exc
+    logical = placement.gpus(sizes)
+    base = sizes.base
     visible = str(env.get("CUDA_VISIBLE_DEVICES") or "").strip()
     if not visible:
         return logical
@@ -514,7 +499,7 @@ def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
         raise CanaryArgvError(f"CUDA_VISIBLE_DEVICES={visible!r}: the canary reads GPU indices only (not UUIDs)")
     if logical and logical[-1] >= len(ids):
         raise CanaryArgvError(
-            f"the flags use GPUs {logical[0]}-{logical[-1]} (--base-gpu-id {base}, tp x pp {tp * pp}), "
+            f"the flags use GPUs {logical[0]}-{logical[-1]} (--base-gpu-id {base}, {len(logical)} in all), "
             f"but CUDA_VISIBLE_DEVICES={visible!r} makes {len(ids)} visible"
         )
     return [int(ids[i]) for i in logical]
