@@ -141,6 +141,14 @@ options:
       (plugins/module_utils/sglang_sm120/serve/evidence.py).
     type: str
     default: ""
+  known_causes:
+    description:
+      - The start-failure catalogue's log signatures for this release, the launch plan's C(log_signatures)
+        (id, title, patterns, phases, message, fix, refs). A failed canary whose log matches one names that
+        catalogue entry (RV(known_cause)) and its fix.
+    type: list
+    elements: dict
+    default: []
 attributes:
   check_mode:
     description: Starts nothing; returns the command that would run and its argv.
@@ -297,6 +305,12 @@ graphs:
   sample: >-
     CUDA graphs captured for batch sizes 1 4 only, piecewise prefill graphs for 64 and 256 tokens:
     a capture failure shows, one that only a larger batch size meets does not
+known_cause:
+  description: The catalogue entry a failed canary's log matched (name is its id; title, cause, fix, refs, the line); null otherwise.
+  type: dict
+  returned: always
+  sample: {name: fa3-on-sm120, title: "--attention-backend fa3 on SM120", cause: "FA3 has no SM120 kernels",
+           fix: "use --attention-backend triton", refs: ["#10281"], line: "Can not import FA3 in sgl_kernel"}
 url:
   description: The canary server's base URL.
   type: str
@@ -335,6 +349,7 @@ ARGUMENT_SPEC = dict(
     min_free_mib=dict(type="int", default=16384),
     kv_cache_dtype=dict(type="str"),
     sglang_version=dict(type="str", default=""),
+    known_causes=dict(type="list", elements="dict", default=[]),
     lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
 )
 
@@ -396,6 +411,7 @@ def canary(module: AnsibleModule, p: dict) -> dict:
         concurrency=p["concurrency"],
         user=p["user"] or None,
         sglang_version=p["sglang_version"] or None,
+        known_causes=p["known_causes"],
     ).to_dict()
     if heartbeat is not None:
         heartbeat.stop()  # fails if this run lost the lock meanwhile

@@ -58,6 +58,13 @@ options:
     description: The time limit of the start in seconds (the role's sglang_start_timeout), for RV(progress); 0 when there is none.
     type: float
     default: 0
+  known_causes:
+    description:
+      - The start-failure catalogue's log signatures (the launch plan's C(log_signatures)). A start that crashed or ran
+        past O(timeout) whose journal matches one names that catalogue entry (RV(known_cause)).
+    type: list
+    elements: dict
+    default: []
 attributes:
   check_mode:
     description: Polls only; a check-mode run waits and reads the unit, the endpoint and the journal as a real run does.
@@ -114,6 +121,14 @@ journal_tail:
   elements: str
   returned: always
   sample: ["Load weight end. type=KimiK25ForConditionalGeneration", "The server is fired up and ready to roll!"]
+known_cause:
+  description:
+    - The catalogue entry the journal of a crashed or timed-out start matched (name is its id; title, cause, fix, refs, the
+      line); null while the start goes on, once healthy, or when none matched.
+  type: dict
+  returned: always
+  sample: {name: out-of-memory-after-load, cause: "the GPU memory ran out after the weights loaded", fix: "lower --mem-fraction-static",
+           refs: [], title: "the GPU memory runs out after the weights loaded", line: "torch.OutOfMemoryError: CUDA out of memory."}
 optimisations:
   description:
     - Per optimisation, server_evidence.judge on the start-up journal, with C(name), C(flag), C(value), C(verdict) (yes, no, unknown),
@@ -134,6 +149,7 @@ runtime_findings:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.errors import run_module
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.launch.start_failures import match_log
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.progress import Progress, clean_line
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.release.lock import renew_while_polling
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.evidence import findings, judge, select_lines
@@ -151,6 +167,7 @@ ARGUMENT_SPEC = dict(
     journal_lines=dict(type="int", default=30),
     lock_renewal=dict(type="dict", options=dict(path=dict(type="path", required=True), run_id=dict(type="str", required=True))),
     timeout=dict(type="float", default=0),
+    known_causes=dict(type="list", elements="dict", default=[]),
 )
 
 
@@ -175,11 +192,16 @@ def health(p: dict, check_mode: bool = False) -> dict:
         timeout_s=p["timeout"],
         last_log_line=clean_line(result.last_line),
     )
+    tail = journal(p["unit"], p["started"], p["journal_lines"])
+    ended = result.crashed or (p["timeout"] > 0 and result.elapsed >= p["timeout"])
+    # a failed start named by its start-failure catalogue entry, from the journal (a crash counts as the run phase "exited")
+    cause = match_log(tail, "exited" if result.crashed else result.phase, p["known_causes"]) if ended and not result.healthy else None
     return dict(
         changed=False,
         poll=result.to_dict(),
         progress=progress.to_dict(),
-        journal_tail=journal(p["unit"], p["started"], p["journal_lines"]),
+        journal_tail=tail,
+        known_cause=cause,
         optimisations=optimisations,
         runtime_findings=findings(optimisations),
     )

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+import yaml
 
 from conftest import ROOT, free_port, standin_env
+from sglang_sm120.launch import start_failures
 from sglang_sm120.serve import canary
 
 STANDIN = ROOT / "tests/fixtures/sglang-standin"
@@ -423,28 +425,36 @@ def test_the_module_runs_the_server_with_the_unit_environment_files_and_says_whe
         assert no_smi["failed"] and "nvidia-smi is not on PATH" in no_smi["msg"]
 
 
-# --- known causes: a failed canary says what its log means ------------------------------------------
+# --- known causes: a failed canary names the start-failure catalogue entry its log matches ---------------
 
 
 def _capture_tail(path: str) -> list[str]:
     return canary._tail(str(ROOT / "tests/data/real-server" / path))
 
 
+def known_cause(lines: list[str], phase: str, version: Optional[str] = "0.5.13") -> Optional[dict]:
+    """The catalogue entry the canary names for these lines: the catalogue's log signatures for the version, as the
+    launch plan hands them to the canary (start_failures.log_signatures), matched as the canary does."""
+    data = yaml.safe_load((ROOT / "roles/sglang_launch/files/start-failures.yml").read_text())
+    signatures = start_failures.log_signatures(start_failures.parse_catalogue(data), version)
+    return start_failures.match_log(lines, phase, signatures)
+
+
 def test_the_real_fa3_failure_is_named_with_its_fix() -> None:
     real = json.loads((ROOT / "tests/data/real-server/0.5.13-h200-canary/fails/result.json").read_text())
-    cause = canary.known_cause(real["log_tail"], "exited")
-    assert cause is not None and cause["name"] == "fa3-kernels-missing", cause
+    cause = known_cause(real["log_tail"], "exited")
+    assert cause is not None and cause["name"] == "fa3-on-sm120", cause
     assert cause["line"] == "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."
     assert "triton or flashinfer" in cause["fix"]
 
 
 def test_the_real_nvfp4_start_that_ran_out_of_time_in_capture_is_named() -> None:
     tail = _capture_tail("0.5.13-h200-nvfp4-canary/serves-canary.log")
-    cause = canary.known_cause(tail, "port closed")
+    cause = known_cause(tail, "port closed")
     assert cause is not None and cause["name"] == "still-capturing-cuda-graphs"
     assert "Capture cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8]" in cause["line"]
     # the registry's skipped imports in the same tail are not causes; capture is not one once the server exited
-    assert canary.known_cause(tail, "exited") is None
+    assert known_cause(tail, "exited") is None
 
 
 @pytest.mark.parametrize(
@@ -471,8 +481,15 @@ def test_the_real_nvfp4_start_that_ran_out_of_time_in_capture_is_named() -> None
 )
 def test_each_known_cause_is_named_from_its_line(line: str, name: str) -> None:
     tail = ["[2026-12-03 08:18:34] Init torch distributed begin.", line, "[2026-12-03 08:18:35] kill_process_tree called"]
-    cause = canary.known_cause(tail, "exited")
+    cause = known_cause(tail, "exited", version=None)  # the version unknown: every entry's signature counts
     assert cause is not None and cause["name"] == name and cause["line"] == line
+
+
+def test_a_signature_counts_only_for_the_releases_its_entry_covers() -> None:
+    """nvfp4-moe-runner-auto-is-trtllm-on-sm120 covers 0.5.16 on: its line names it there, not on 0.5.13."""
+    tail = ["NotImplementedError: Unsupported moe_runner_backend for NVFP4 MoE: MoeRunnerBackend.FLASHINFER_TRTLLM."]
+    assert known_cause(tail, "exited", version="0.5.16")["name"] == "nvfp4-moe-runner-auto-is-trtllm-on-sm120"  # type: ignore[index]
+    assert known_cause(tail, "exited", version="0.5.13") is None
 
 
 def test_a_failed_canary_message_carries_the_cause_and_fix() -> None:
@@ -481,11 +498,11 @@ def test_a_failed_canary_message_carries_the_cause_and_fix() -> None:
         "[t] Capture cuda graph bs [1, 2]",
         "RuntimeError: Capture cuda graph failed: mat1 and mat2 shapes cannot be multiplied",
     ]
-    result.known_cause = canary.known_cause(result.log_tail, result.phase)
+    result.known_cause = known_cause(result.log_tail, result.phase)
     text = canary._message(result, 240, "")
     assert text.startswith("canary failed in phase exited: the server exited with status -9")
-    assert "; known cause [draft-does-not-fit-target]: " in text and "fix: point --speculative-draft-model-path" in text
-    assert canary.known_cause(["[t] The server is fired up and ready to roll!"], "exited") is None
+    assert "; start-failure catalogue entry [draft-does-not-fit-target]: " in text and "fix: point --speculative-draft-model-path" in text
+    assert known_cause(["[t] The server is fired up and ready to roll!"], "exited") is None
 
 
 # ------------------------------------------------------------------ CUDA graphs, trimmed

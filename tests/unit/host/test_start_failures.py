@@ -27,7 +27,10 @@ from sglang_sm120.launch.start_failures import (
     Context,
     FactsError,
     HostFacts,
+    evaluate,
     evaluate_entry,
+    log_signatures,
+    match_log,
     parse_argv,
     parse_catalogue,
     parse_env,
@@ -47,7 +50,9 @@ SF = DATA / "start-failures"
 HOST8 = SF / "host-8x-rtx-pro-6000.json"
 CLI = BIN / "sglang-flags"
 KIMI_CLASS = "KimiK25ForConditionalGeneration"
-ENTRIES = {e.id: e for e in load_catalogue()}
+# the entries the gate decides (a run-time-only entry, trigger [], is named by the canary from its log)
+ENTRIES = {e.id: e for e in load_catalogue() if not e.run_time_only}
+RUN_TIME_ONLY = {e.id: e for e in load_catalogue() if e.run_time_only}
 
 
 def tree(version: str) -> Path:
@@ -658,6 +663,20 @@ def raw_catalogue() -> dict[str, Any]:
         ),
         (lambda e: e["trigger"].append({"env": ["X"], "truthy": True, "capability_major": [12]}), "trigger[2]: expected exactly one of"),
         (lambda e: e.update(id="trtllm-mla-on-sm120"), "field id 'trtllm-mla-on-sm120' is used by an earlier entry"),
+        (
+            lambda e: e.update(trigger=[]),
+            "entry 'fa3-on-sm120': field trigger may be empty only for an entry the gate cannot decide (caught_by canary or none) "
+            "that names its log signature (logs), found caught_by 'gate'",
+        ),
+        (lambda e: e.update(logs={"phases": ["exited"]}), "entry 'fa3-on-sm120': field logs must be {patterns: [regex...]"),
+        (
+            lambda e: e.update(logs={"patterns": ["FA3 ("]}),
+            "entry 'fa3-on-sm120': field logs.patterns: 'FA3 (' is not a regular expression",
+        ),
+        (
+            lambda e: e.update(logs={"patterns": ["FA3"], "phases": ["loading"]}),
+            "entry 'fa3-on-sm120': field logs.phases must name run phases (port closed, no answer, 503,",
+        ),
     ],
 )
 def test_bad_entry_names_entry_and_field(change: Any, message: str) -> None:
@@ -675,6 +694,28 @@ def test_catalogue_file_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.yml").write_text("schema: 2\nentries: []\n")
     with pytest.raises(CatalogueError, match=r"bad\.yml: schema must be 1, found 2"):
         load_catalogue(tmp_path / "bad.yml")
+
+
+def test_run_time_only_entries_are_the_canarys_not_the_gates(aliases: dict[str, str]) -> None:
+    """One catalogue: an entry the gate cannot decide (trigger []) says so (caught_by canary), carries its log
+    signature, and is left out of the gate's verdicts; every entry with a signature is matched by it."""
+    assert set(RUN_TIME_ONLY) == {"no-kernel-image", "out-of-memory-after-load", "still-capturing-cuda-graphs"}
+    assert all(e.caught_by == "canary" and e.logs["patterns"] for e in RUN_TIME_ONLY.values())
+    verdicts = evaluate(load_catalogue(), context(aliases, ["--tp-size", "8"]))
+    assert {v.id for v in verdicts} == set(ENTRIES)
+    signatures = log_signatures(load_catalogue(), None)
+    assert {s["id"] for s in signatures} >= set(RUN_TIME_ONLY) | {"fa3-on-sm120", "draft-does-not-fit-target"}
+    # a signature names its entry, with the entry's own message, fix and references
+    named = match_log(["ImportError: Can not import FA3 in sgl_kernel. Please check your installation."], "exited", signatures)
+    fa3 = ENTRIES["fa3-on-sm120"]
+    assert named is not None and (named["name"], named["cause"], named["fix"], named["refs"]) == (
+        "fa3-on-sm120",
+        fa3.message,
+        fa3.fix,
+        fa3.refs,
+    )
+    # the registry's skipped imports are never a cause
+    assert match_log(["Ignore import error when loading sglang.srt.models.x: CUDA out of memory"], "exited", signatures) is None
 
 
 def test_catalogue_covers_the_rows_asked_for() -> None:

@@ -60,6 +60,9 @@ class LaunchPlan:
     # {} until then; else verdict, python, sglang_version, device, device_from, rewritten, chosen,
     # seconds, import_seconds, cached.
     server_args: dict[str, Any] = field(default_factory=dict)
+    # The catalogue's log signatures for this SGLang version (start_failures.log_signatures): how the start canary
+    # names a failure by its catalogue entry; [] when no catalogue was given.
+    log_signatures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -306,7 +309,9 @@ def start_gate(
     # a gate run again (verify_plan) replaces the warnings of the one before
     kept = [w for w in plan.flag_warnings if not w.startswith(GATE_WARNING)]
     warnings = [f"{GATE_WARNING}{v.text()}" for v in verdicts if v.verdict == "warning"]
-    return replace(plan, flag_warnings=[*kept, *warnings], start_gate=gate)
+    return replace(
+        plan, flag_warnings=[*kept, *warnings], start_gate=gate, log_signatures=start_failures.log_signatures(entries, plan.sglang_version)
+    )
 
 
 GATE_WARNING = "start gate "

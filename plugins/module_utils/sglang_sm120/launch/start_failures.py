@@ -74,6 +74,7 @@ ENTRY_KEYS = {
     "waived_by_patches": "optional",
     "params": "optional",
     "acknowledged_by": "optional",
+    "logs": "optional",
 }
 # Facts each condition kind may name, and the operators it takes.
 MODEL_FACTS = (
@@ -172,6 +173,14 @@ class Entry:
     acknowledged_by: str = ""
     phase: str = "first-request"
     caught_by: str = "gate"
+    # The server-log signatures by which the start canary (and the health gate) name this failure at run time:
+    # patterns (regular expressions, one log line each) and, optionally, the run phases they count in.
+    logs: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def run_time_only(self) -> bool:
+        """Nothing the gate can decide before a start: the canary or the real start names it from its log."""
+        return not self.trigger
 
     def in_range(self, version: str) -> Optional[bool]:
         parsed = version_tuple(version)
@@ -293,9 +302,30 @@ def _entry(source: str, index: int, raw: Any, seen: set[str]) -> Entry:
     params = raw.get("params", {})
     if not isinstance(params, dict):
         raise CatalogueError(f"{where}: field params must be a mapping, found {params!r}")
+    logs = raw.get("logs", {})
+    if "logs" in raw and not (isinstance(logs, dict) and set(logs) <= {"patterns", "phases"} and "patterns" in logs):
+        raise CatalogueError(f"{where}: field logs must be {{patterns: [regex...], phases: [run phase...]}}, found {logs!r}")
+    for key in ("patterns", "phases") if logs else ():
+        value = logs.get(key, [])
+        if not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)) or (key == "patterns" and not value):
+            raise CatalogueError(f"{where}: field logs.{key} must be a list of non-empty strings, found {value!r}")
+    for pattern in logs.get("patterns", []):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise CatalogueError(f"{where}: field logs.patterns: {pattern!r} is not a regular expression ({exc})") from None
+    unknown_phases = sorted(set(logs.get("phases", [])) - set(RUN_PHASES))
+    if unknown_phases:
+        raise CatalogueError(f"{where}: field logs.phases must name run phases ({', '.join(RUN_PHASES)}), found {unknown_phases}")
     trigger = raw["trigger"]
-    if not (isinstance(trigger, list) and trigger):
-        raise CatalogueError(f"{where}: field trigger must be a non-empty list of conditions, found {trigger!r}")
+    if isinstance(trigger, list) and not trigger and not (raw["caught_by"] in ("canary", "none") and logs):
+        raise CatalogueError(
+            f"{where}: field trigger may be empty only for an entry the gate cannot decide (caught_by canary or none) "
+            "that names its log signature (logs), found caught_by "
+            f"{raw['caught_by']!r}{' and no logs' if not logs else ''}"
+        )
+    if not isinstance(trigger, list):
+        raise CatalogueError(f"{where}: field trigger must be a list of conditions, found {trigger!r}")
     for number, cond in enumerate(trigger):
         _check_condition(where, number, cond)
     if any(c.get("check") == "memory" for c in trigger):
@@ -319,6 +349,7 @@ def _entry(source: str, index: int, raw: Any, seen: set[str]) -> Entry:
         acknowledged_by=ack,
         phase=raw["phase"],
         caught_by=raw["caught_by"],
+        logs={k: list(v) for k, v in logs.items()},
     )
 
 
@@ -1178,7 +1209,60 @@ def evaluate_entry(entry: Entry, ctx: Context) -> Verdict:
 
 
 def evaluate(entries: Iterable[Entry], ctx: Context) -> list[Verdict]:
-    return [evaluate_entry(entry, ctx) for entry in entries]
+    """The gate's verdict on every entry it can decide (not the run-time-only ones: the canary names those)."""
+    return [evaluate_entry(entry, ctx) for entry in entries if not entry.run_time_only]
+
+
+# --- log signatures: the same entries, named at run time from a server's log ------------------
+
+# The phases a failed run ends in, as the start canary and the health gate name them (serve/health.py PHASES
+# and serve/canary.py PHASES): a signature listing phases counts only there.
+RUN_PHASES = ("port closed", "no answer", "503", "healthy", "exited", "requests", "port in use", "not started")
+# Lines that name an error SGLang caught and went on from (its model registry skipping a module).
+NOT_A_CAUSE = re.compile(r"Ignore import error when loading")
+
+
+def log_signatures(entries: Iterable[Entry], version: Optional[str]) -> list[dict[str, Any]]:
+    """The log signatures of the entries that apply to SGLang `version` (all when it is unknown), as the start canary
+    takes them: id, title, patterns, phases, message, fix, refs."""
+    out = []
+    for entry in entries:
+        if not entry.logs or (version and entry.in_range(version) is False):
+            continue
+        out.append(
+            {
+                "id": entry.id,
+                "title": entry.title,
+                "patterns": list(entry.logs["patterns"]),
+                "phases": list(entry.logs.get("phases", [])),
+                "message": entry.message,
+                "fix": entry.fix,
+                "refs": list(entry.refs),
+            }
+        )
+    return out
+
+
+def match_log(lines: Sequence[str], phase: str, signatures: Iterable[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
+    """The catalogue entry whose signature a line of the log matches first (newest line first) in this phase:
+    id, title, cause (the entry's message), fix, refs and the line; None when none does."""
+    signatures = list(signatures)
+    for line in reversed(lines):
+        if NOT_A_CAUSE.search(line):
+            continue
+        for sig in signatures:
+            if sig.get("phases") and phase not in sig["phases"]:
+                continue
+            if any(re.search(pattern, line) for pattern in sig["patterns"]):
+                return {
+                    "name": sig["id"],
+                    "title": sig.get("title", ""),
+                    "cause": sig["message"],
+                    "fix": sig["fix"],
+                    "refs": list(sig.get("refs", [])),
+                    "line": line.strip()[:300],
+                }
+    return None
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:

@@ -38,6 +38,7 @@ from typing import Any, Optional
 from ..errors import ToolkitError
 from ..launch import placement
 from ..launch.placement import flag_of, flag_value
+from ..launch.start_failures import match_log
 from . import bench_client
 from . import evidence as server_evidence
 from . import health as service_health
@@ -79,105 +80,6 @@ class CanaryArgvError(ToolkitError):
     """The launch flags cannot be turned into the canary's."""
 
 
-@dataclass(frozen=True)
-class KnownCause:
-    """A failure whose log lines say what it is: the name (a start-failure catalogue id where there is
-    one), what it means for the operator and the fix. Matched on the failed server's log tail only,
-    and only in the phases listed (empty: any failed phase)."""
-
-    name: str
-    pattern: str
-    cause: str
-    fix: str
-    phases: tuple[str, ...] = ()
-
-
-KNOWN_CAUSES = (
-    KnownCause(
-        "draft-does-not-fit-target",
-        r"mat1 and mat2 shapes cannot be multiplied",
-        "a matrix product met a shape it was not made for; with an EAGLE-3 draft this is a draft trained for another "
-        "target (its hidden size, vocabulary or auxiliary layers do not match the target's)",
-        "point --speculative-draft-model-path at the draft trained for this target (its config.json hidden_size, "
-        "vocab_size / draft_vocab_size and eagle_aux_hidden_state_layer_ids against the target's)",
-    ),
-    KnownCause(
-        "no-kernel-image",
-        r"no kernel image is available for execution on the device",
-        "a CUDA extension of the release carries no code for this GPU's compute capability",
-        "build the kernel package and FlashInfer for the GPUs' capability (the build specs' CUDA arch), or choose a "
-        "backend the release has kernels for",
-    ),
-    KnownCause(
-        "fa3-kernels-missing",
-        r"Can not import FA3 in sgl_kernel|FlashAttention v3 Backend requires",
-        "--attention-backend fa3 (FlashAttention 3, Hopper only) has no kernels in this release or this GPU",
-        "use --attention-backend triton or flashinfer (start-failure catalogue entry fa3-on-sm120)",
-    ),
-    KnownCause(
-        "nvfp4-moe-runner-auto-is-trtllm-on-sm120",
-        r"Unsupported moe_runner_backend for NVFP4 MoE|has no attribute 'g1_scale_c'",
-        "the NVFP4 MoE runner SGLang picked for auto (flashinfer_trtllm) cannot run this checkpoint here",
-        "add --moe-runner-backend flashinfer_cutlass (or --quantization modelopt_fp4, which makes SGLang pick it on SM120)",
-    ),
-    KnownCause(
-        "modelopt-nvfp4-read-as-fp8",
-        r"ModelOptFp8Config only supports static FP8 quantization",
-        "SGLang read the NVFP4 checkpoint's quant_method modelopt as ModelOpt FP8",
-        "add --quantization modelopt_fp4 (and --speculative-draft-model-quantization unquant for a bf16 draft)",
-    ),
-    KnownCause(
-        "draft-inherits-target-quantization",
-        r"Cannot find the config file for (modelopt|fp8|modelopt_fp4|modelopt_fp8)",
-        "the draft inherited the target's --quantization but has no quantization config of its own",
-        "add --speculative-draft-model-quantization unquant",
-    ),
-    KnownCause(
-        "triton-mla-decode-fp8-kv-smem-on-sm120",
-        r"OutOfResources: out of resource: shared memory|Required: \d+, Hardware limit: \d+",
-        "a Triton kernel (on SM120: the MLA decode with an FP8 KV cache) needs more shared memory than this GPU has",
-        "use --kv-cache-dtype bfloat16 with triton attention, or --attention-backend flashinfer",
-    ),
-    KnownCause(
-        "trtllm-mha-fp8-kv-on-sm120",
-        r"FP8 \(e4m3\) is not yet supported for FMHAv2",
-        "trtllm_mha's FMHAv2 prefill has no FP8 kernel on this GPU",
-        "use --kv-cache-dtype bfloat16, or flashinfer / triton for the draft (--speculative-draft-attention-backend)",
-    ),
-    KnownCause(
-        "out-of-memory-after-load",
-        r"OutOfMemoryError|CUDA out of memory",
-        "the GPU memory ran out after the weights loaded (KV pool, CUDA graphs or activations)",
-        "lower --mem-fraction-static or --cuda-graph-max-bs, or free the GPUs the canary shares",
-    ),
-    KnownCause(
-        "still-capturing-cuda-graphs",
-        r"Capture cuda graph bs|Capture draft cuda graph begin",
-        "the server was still capturing CUDA graphs when the budget ran out; a first start on a host compiles "
-        "kernels here (FlashInfer, Marlin, Triton JIT caches), which can take minutes while the log stands still",
-        "give sglang_canary_start_timeout the time the first kernel compiles need, or run the canary again once the JIT caches hold them",
-        ("port closed",),
-    ),
-)
-
-
-# Lines that name an error SGLang caught and went on from (its model registry skipping a module).
-NOT_A_CAUSE = re.compile(r"Ignore import error when loading")
-
-
-def known_cause(lines: Sequence[str], phase: str) -> Optional[dict[str, str]]:
-    """The first known cause whose pattern a line of the tail matches (newest line first) in this phase."""
-    for line in reversed(lines):
-        if NOT_A_CAUSE.search(line):
-            continue
-        for cause in KNOWN_CAUSES:
-            if cause.phases and phase not in cause.phases:
-                continue
-            if re.search(cause.pattern, line):
-                return {"name": cause.name, "cause": cause.cause, "fix": cause.fix, "line": line.strip()[:300]}
-    return None
-
-
 class CanaryInputError(ToolkitError):
     """What the canary reads on the host cannot be used: nvidia-smi's answer, the API-keys file, the
     models the tiny ones are made from (the stand-alone scripts' own KeysFileError and TinyModelError
@@ -204,7 +106,9 @@ class CanaryResult:
     command: list[str] = field(default_factory=list)
     server_info: Optional[dict[str, Any]] = None  # /server_info (or /get_server_info) while healthy, redacted
     evidence: dict[str, Any] = field(default_factory=dict)  # canary_evidence: backends and optimisations it showed
-    known_cause: Optional[dict[str, str]] = None  # known_cause: name, cause, fix and the log line, when one matched
+    # the start-failure catalogue entry whose log signature matched (start_failures.match_log): name (its id), title,
+    # cause, fix, refs and the log line; None when none did
+    known_cause: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -731,7 +635,7 @@ def _message(result: CanaryResult, start_timeout: float, detail: str) -> str:
     text = _phase_message(result, start_timeout, detail)
     cause = result.known_cause
     if cause and not result.ok:
-        text += f"; known cause [{cause['name']}]: {cause['cause']}; fix: {cause['fix']} (log: {cause['line']})"
+        text += f"; start-failure catalogue entry [{cause['name']}]: {cause['cause']}; fix: {cause['fix']} (log: {cause['line']})"
     return text
 
 
@@ -805,12 +709,14 @@ def run_canary(
     stop_grace: float = STOP_GRACE,
     user: Optional[str] = None,
     sglang_version: Optional[str] = None,
+    known_causes: Sequence[Mapping[str, Any]] = (),
 ) -> CanaryResult:
     """Start ``python -m module argv`` (env added to this process's environment, PYTHONUNBUFFERED=1
     unless set), wait for /health on argv's --host/--port, send the requests, stop it; see the module
     docstring. keys: the service's keys by flag name (bench_client.read_keys); "api-key" is sent.
     user: run the server as this user and its primary group, no other groups (as the unit's User=;
     only root can), else as this process. sglang_version: the version whose lines canary_evidence reads.
+    known_causes: the start-failure catalogue's log signatures (the launch plan's log_signatures), which name a failure.
     Never raises for what the server does; the server is stopped whatever happens."""
     prompts = [str(p) for p in (prompts or ()) if str(p)] or list(DEFAULT_PROMPTS)
     forms = _secret_forms(keys)
@@ -878,6 +784,6 @@ def run_canary(
             except Exception as exc:  # evidence is a report's, never a reason to leave the result unsaid
                 result.evidence = {"error": f"{type(exc).__name__}: {exc}"}
     if not result.ok:
-        result.known_cause = known_cause(result.log_tail, result.phase)
+        result.known_cause = match_log(result.log_tail, result.phase, known_causes)
     result.message = _message(result, start_timeout, detail)
     return CanaryResult(**_redact(result.to_dict(), forms))
