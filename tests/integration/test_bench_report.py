@@ -388,10 +388,12 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "torch symm-mem (--enable-torch-symm-mem): **no**: journal at start: torch symm-mem off at start: server log: TorchSymm" in md
     assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
     assert report["optimisations_seen"]["error"] == "no evidence recorded for profile eagle3"
-    # the start gate: its summary, and each entry it could not decide (ok entries are not listed)
+    # the start gate: its summary, each entry it could not decide in full, the ok and n/a ones by id (the console
+    # shows only the counts and the unknown ones)
     assert "- start gate: 25 known start failures checked (SGLang 0.5.9, capability 12.0): 20 ok, 1 unknown, 4 n/a" in md
     assert "- start gate unknown: [driver-too-old] the driver: host driver_version unknown" in md
-    assert "fp8-kv-from-checkpoint" not in md
+    assert "- start gate ok (1): fp8-kv-from-checkpoint" in md
+    assert "ok: [fp8-kv-from-checkpoint]" not in md
     seen = {"eagle3": {"server_info": SPEC_INFO, "log": [], "error": ""}}
     report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"client": "bench_serving (SGLang 0.5.9)"}, seen)
     spec = next(o for o in report["optimisations"] if o["flag"] == "--speculative-algorithm")

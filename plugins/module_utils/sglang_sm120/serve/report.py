@@ -733,6 +733,11 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
     for verdict in gate.get("verdicts") or []:
         if verdict.get("verdict") == "unknown":  # refused never reaches a report; warnings are flag warnings below
             lines.append(f"- start gate {_md(verdict.get('text', ''))}")
+    # the rest of the gate's list, by verdict (the console shows only the counts)
+    for kind in ("ok", "n/a"):
+        ids = [str(v.get("id", "?")) for v in gate.get("verdicts") or [] if v.get("verdict") == kind]
+        if ids:
+            lines.append(f"- start gate {kind} ({len(ids)}): {_md(', '.join(ids))}")
     for warning in svc["flag_warnings"]:
         lines.append(f"- flag warning: {_md(warning)}")
     seen = report.get("optimisations_seen") or {}
