@@ -2,7 +2,7 @@
 # Run molecule scenarios in MOLECULE_LANES parallel lanes (default 3), each lane one scenario after another.
 # A scenario spends much of its time waiting on containers, SSH, systemd and the stand-in server (with
 # pipelining a task costs one `docker exec`), so three lanes use a 2-core machine better than two.
-# The job `pytest` runs the unit tests (pytest tests) in a lane like a scenario (make test). Every
+# The job `pytest` runs the unit tests (pytest tests, printing the 25 slowest) in a lane like a scenario (make test). Every
 # line is prefixed with its job; each job's time is printed at the end.
 # Exits non-zero when any job failed (the other lanes still finish); a failed job's summary is printed again at the end.
 #   scripts/molecule-lanes.sh SCENARIO|pytest...
@@ -29,7 +29,7 @@ run_lane() {
     while scenario=$(next_scenario) && [ -n "$scenario" ]; do
         start=$(date +%s)
         if [ "$scenario" = pytest ]; then
-            pytest tests 2>&1 | tee "$results/log-$scenario" | sed -u "s/^/[pytest] /"
+            pytest --durations=25 tests 2>&1 | tee "$results/log-$scenario" | sed -u "s/^/[pytest] /"
         else
             molecule test -s "$scenario" 2>&1 | tee "$results/log-$scenario" | sed -u "s/^/[$scenario] /"
         fi
