@@ -160,6 +160,7 @@ def test_the_plan_says_where_each_missing_artifact_comes_from_and_the_hours() ->
         item("sglang", {"wheel": "sglang==0.5.9"}),
         item("done", {"git": "u", "ref": "r"}),
     ]
+    items[1]["prebuilt_files"] = ["/c/w/k.whl"]
     lines, hours = build_plan_lines(items, ["torch", "sgl_kernel", "sglang"], {"torch": [3, 5], "sgl_kernel": [1, 2]})
     assert lines == [
         "torch: source build (git), 3-5 h (estimate)",
@@ -168,3 +169,8 @@ def test_the_plan_says_where_each_missing_artifact_comes_from_and_the_hours() ->
     ]
     assert hours == [3.0, 5.0]  # the prebuilt kernel counts nothing
     assert build_plan_lines(items, ["done"], {})[0] == ["done: source build (git), hours not estimated"]
+    # issue 49: with no wheel on the shelf (index wheels off, an empty prebuilt folder) the kernel is a source build
+    items[1]["prebuilt_files"] = []
+    lines, hours = build_plan_lines(items, ["torch", "sgl_kernel"], {"torch": [3, 5], "sgl_kernel": [1, 2]})
+    assert lines[1] == "sgl_kernel: no prebuilt wheel matches /c/w/k.whl on the controller, so source build (git), 1-2 h (estimate)"
+    assert hours == [4.0, 7.0]

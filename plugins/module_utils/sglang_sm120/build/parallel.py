@@ -141,7 +141,8 @@ def build_plan_lines(
 ) -> tuple[list[str], list[float]]:
     """What the deploy fetches or builds, one line per missing artifact (where it comes from, and for a
     source build its estimated hours, ``estimates``: name -> [low, high], not measured), and the sum of the
-    source builds' estimates [low, high] (a prebuilt wheel counts nothing; its source fallback is named)."""
+    source builds' estimates [low, high] (a prebuilt wheel counts nothing, its source fallback is named; a controller
+    wheelhouse with no matching wheel is no prebuilt wheel: its source build and hours count)."""
     lines: list[str] = []
     low = high = 0.0
     names = set(missing)
@@ -153,9 +154,17 @@ def build_plan_lines(
         hours = f"{float(guess[0]):g}-{float(guess[1]):g} h (estimate)" if guess else "hours not estimated"
         source = f"source build ({item.get('kind', '?')}), {hours}"
         prebuilt = spec.get("prebuilt")
-        if isinstance(prebuilt, Mapping):
+        # a prebuilt wheel from a controller wheelhouse counts only when a wheel is there (the plan's prebuilt_files);
+        # else the source build behind it runs, and its hours count
+        shelf_empty = isinstance(prebuilt, Mapping) and "wheelhouse" in prebuilt and not item.get("prebuilt_files")
+        if isinstance(prebuilt, Mapping) and not shelf_empty:
             origin = prebuilt.get("origin") or next((f"{k} {prebuilt[k]}" for k in ("wheel", "url", "wheelhouse") if k in prebuilt), "?")
             lines.append(f"{item['name']}: prebuilt wheel ({origin}); if it fails verification: {source}")
+        elif shelf_empty and item.get("kind") in ("git", "sdist", "path"):
+            where = f"{prebuilt['wheelhouse']}/{prebuilt.get('pattern', '*.whl')}"
+            lines.append(f"{item['name']}: no prebuilt wheel matches {where} on the controller, so {source}")
+            if guess:
+                low, high = low + float(guess[0]), high + float(guess[1])
         elif item.get("kind") in ("git", "sdist", "path"):
             lines.append(f"{item['name']}: {source}")
             if guess:
