@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_sm120.launch.placement import PlacementError, Sizes, flag_value, gpus, sizes_of
+from sglang_sm120.launch.placement import PlacementError, flag_value, gpus, sizes_of
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ from sglang_sm120.launch.placement import PlacementError, Sizes, flag_value, gpu
     ],
 )
 def test_the_gpus_sglang_places_ranks_on(argv: list[str], used: list[int]) -> None:
-    assert gpus(sizes_of(argv)) == used
+    assert gpus(**sizes_of(argv)) == used
 
 
 def test_a_placing_flag_that_is_not_a_count_is_refused_by_name() -> None:
@@ -32,7 +32,8 @@ def test_a_placing_flag_that_is_not_a_count_is_refused_by_name() -> None:
         sizes_of(["--tensor-parallel-size", "eight"])
     with pytest.raises(PlacementError, match="--base-gpu-id must be at least 0, found -1"):
         sizes_of(["--base-gpu-id=-1"])
-    assert sizes_of(["--base-gpu-id", "0"]) == Sizes()
+    assert sizes_of(["--base-gpu-id", "0"]) == {"base": 0, "dp_attention": False}
+    assert gpus() == [0]  # SGLang's defaults: one GPU
 
 
 def test_flag_value_reads_both_spellings_and_the_last() -> None:

@@ -74,7 +74,7 @@ def plan_gpus(argv: Sequence[str]) -> int:
     """GPUs a server started with `argv` uses on this host, as SGLang places its ranks (launch/placement.py): tp x pp,
     times dp unless --enable-dp-attention (which runs the dp groups inside the tp ranks). SGLang's defaults are 1 each."""
     try:
-        return len(placement.gpus(placement.sizes_of(argv)))
+        return len(placement.gpus(**placement.sizes_of(argv)))
     except placement.PlacementError as exc:
         raise FabricCheckError(f"launch plan: {exc}") from None
 

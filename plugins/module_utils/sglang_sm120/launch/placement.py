@@ -13,8 +13,7 @@ Standard library only, no Ansible import.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import ToolkitError
 
@@ -49,20 +48,10 @@ def flag_value(argv: Sequence[str], names: Sequence[str]) -> Optional[str]:
     return value
 
 
-@dataclass(frozen=True)
-class Sizes:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    nnodes: int = 1
-    base: int = 0
-    step: int = 1
-    dp_attention: bool = False
-
-
-def sizes_of(argv: Sequence[str]) -> Sizes:
-    """The placing flags of argv, SGLang's defaults where absent; PlacementError naming the flag otherwise."""
-    values = {}
+def sizes_of(argv: Sequence[str]) -> dict[str, Any]:
+    """The placing flags of argv as gpus() takes them (those absent left to its defaults, SGLang's); PlacementError
+    naming the flag when one is not a whole number or below its least value."""
+    values: dict[str, Any] = {}
     for key, names, least in (
         ("tp", TP_FLAGS, 1),
         ("pp", PP_FLAGS, 1),
@@ -81,19 +70,14 @@ def sizes_of(argv: Sequence[str]) -> Sizes:
         if value < least:
             raise PlacementError(f"{names[0]} must be at least {least}, found {value}")
         values[key] = value
-    return Sizes(**values, dp_attention=DP_ATTENTION in [str(a) for a in argv])
+    return {**values, "dp_attention": DP_ATTENTION in [str(a) for a in argv]}
 
 
-def gpus(sizes: Sizes) -> list[int]:
-    """The GPU indices (of those the process sees) SGLang's ranks on this node use, sorted."""
-    nnodes, step = max(sizes.nnodes, 1), max(sizes.step, 1)
-    pp_here = max(sizes.pp // nnodes, 1)
-    tp_here = max(sizes.tp // max(nnodes // max(sizes.pp, 1), 1), 1)
-    replicas = 1 if sizes.dp_attention else max(sizes.dp, 1)
-    used = {
-        sizes.base + r * sizes.tp * sizes.pp * step + p * tp_here + t * step
-        for r in range(replicas)
-        for p in range(pp_here)
-        for t in range(tp_here)
-    }
+def gpus(tp: int = 1, pp: int = 1, dp: int = 1, nnodes: int = 1, base: int = 0, step: int = 1, dp_attention: bool = False) -> list[int]:
+    """The GPU indices (of those the process sees) SGLang's ranks on this node use, sorted; SGLang's defaults."""
+    nnodes, step = max(nnodes, 1), max(step, 1)
+    pp_here = max(pp // nnodes, 1)
+    tp_here = max(tp // max(nnodes // max(pp, 1), 1), 1)
+    replicas = 1 if dp_attention else max(dp, 1)
+    used = {base + r * tp * pp * step + p * tp_here + t * step for r in range(replicas) for p in range(pp_here) for t in range(tp_here)}
     return sorted(used)

@@ -1125,15 +1125,13 @@ def parallel_gpus_check(ctx: Context) -> Result:
     if not ctx.host.gpus:
         return None, f"no GPUs in {ctx.host.source}: the host's GPU count is unknown"
     used = placement.gpus(
-        placement.Sizes(
-            tp=sizes["tp-size"],
-            pp=sizes["pp-size"],
-            dp=sizes["dp-size"],
-            nnodes=sizes["nnodes"],
-            base=sizes["base-gpu-id"],
-            step=sizes["gpu-id-step"],
-            dp_attention=bool(ctx.flag("enable-dp-attention")[0]),
-        )
+        tp=sizes["tp-size"],
+        pp=sizes["pp-size"],
+        dp=sizes["dp-size"],
+        nnodes=sizes["nnodes"],
+        base=sizes["base-gpu-id"],
+        step=sizes["gpu-id-step"],
+        dp_attention=bool(ctx.flag("enable-dp-attention")[0]),
     )
     highest = used[-1]
     count = len(ctx.host.gpus)

@@ -393,8 +393,8 @@ def canary_gpus(argv: Sequence[str], env: Mapping[str, str]) -> list[int]:
         sizes = placement.sizes_of(argv)
     except placement.PlacementError as exc:
         raise CanaryArgvError(f"argv: {exc}") from exc
-    logical = placement.gpus(sizes)
-    base = sizes.base
+    logical = placement.gpus(**sizes)
+    base = sizes.get("base", 0)
     visible = str(env.get("CUDA_VISIBLE_DEVICES") or "").strip()
     if not visible:
         return logical

@@ -62,9 +62,13 @@ def http_status(url: str, timeout: float = 30.0) -> Optional[int]:
     return probe(url, timeout)[0]
 
 
-def unit_state(unit: str) -> dict[str, str]:
+UNIT_PROPERTIES = "ActiveState,SubState,NRestarts,MainPID,ExecMainStartTimestampMonotonic,InvocationID"
+
+
+def unit_state(unit: str, properties: str = UNIT_PROPERTIES) -> dict[str, str]:
+    """`systemctl show` of the unit's `properties` (comma-separated) as a mapping."""
     proc = subprocess.run(
-        ["systemctl", "show", unit, "-p", "ActiveState,SubState,NRestarts,MainPID,ExecMainStartTimestampMonotonic,InvocationID"],
+        ["systemctl", "show", unit, "-p", properties],
         capture_output=True,
         text=True,
         check=False,

@@ -8,14 +8,13 @@ without its lock (a deploy writes it atomically), the unit through `systemctl sh
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from ..release.records import ReleaseError, Releases
-from .health import probe
+from .health import probe, unit_state
 
 # The states a release goes through (plugins/module_utils/sglang_sm120/release/records.py).
 STATE_MEANS = {
@@ -103,13 +102,7 @@ def last_start(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 def unit_fields(unit: str) -> dict[str, str]:
     """`systemctl show` of what the status reports (UnitFileState: enabled, disabled, or empty when systemd has no such unit)."""
-    proc = subprocess.run(
-        ["systemctl", "show", unit, "-p", "LoadState,ActiveState,SubState,NRestarts,MainPID,UnitFileState"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return unit_state(unit, "LoadState,ActiveState,SubState,NRestarts,MainPID,UnitFileState")
 
 
 def read_status(
