@@ -118,6 +118,13 @@ options:
   host_facts:
     description: The host-facts file preflight saved (JSON); empty or unreadable makes the entries that need host facts unknown.
     type: path
+  host_facts_pending:
+    description:
+      - Facts of O(host_facts) this run is about to change, taken as unknown by the gate (site.yml's input check, before the CUDA
+        toolkit's play, names the toolkit's nvcc_version, jit_tools_missing and cuda_cccl_headers).
+    type: list
+    elements: str
+    default: []
   service_user:
     description:
       - The user the server's unit runs as. When given, every model directory the flags name that is read on the host (not
@@ -261,6 +268,7 @@ PASSED_AS_IS = (
     "pythonpath",
     "cache",
     "host_facts",
+    "host_facts_pending",
 )
 
 
@@ -287,6 +295,7 @@ ARGUMENT_SPEC = dict(
     start_failures_skipped=dict(type="str", default=""),
     model_files=dict(type="dict", default={}),
     host_facts=dict(type="path"),
+    host_facts_pending=dict(type="list", elements="str", default=[]),
     service_user=dict(type="str", default=""),
 )
 

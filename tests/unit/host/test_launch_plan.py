@@ -3,6 +3,7 @@ key, the unit and the benchmark. Checked against the real SGLang 0.5.9 wheel (st
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,34 @@ def test_without_host_facts_their_entries_are_unknown_never_ok() -> None:
     # the role says why a check-mode plan made on the controller runs no gate
     skipped = "a check-mode plan made on the controller cannot read the model directories on the host"
     assert plan(gate_skipped=skipped).start_gate["summary"] == f"not run: {skipped}"
+
+
+def test_site_yml_input_check_takes_the_toolkits_facts_as_unknown_until_its_play(tmp_path) -> None:
+    """Before the CUDA toolkit's play a fresh host has no toolkit headers: the gate would refuse what that play is about
+    to install. site.yml's input check names those facts pending; the gate takes them as unknown, saying why."""
+    facts = json.loads(HOST_8X.read_text())
+    facts.update(cuda_cccl_headers=False, jit_tools_missing=["nvcc"], nvcc_version=None)
+    fresh = tmp_path / "host-facts.json"
+    fresh.write_text(json.dumps(facts))
+    with pytest.raises(LaunchPlanError, match=r"jit-cuda-headers-missing"):
+        plan(catalogue=CATALOGUE, model_dirs=MODEL_DIRS, host_facts=str(fresh))
+    early = plan(
+        catalogue=CATALOGUE,
+        model_dirs=MODEL_DIRS,
+        host_facts=str(fresh),
+        host_facts_pending=["nvcc_version", "jit_tools_missing", "cuda_cccl_headers"],
+    )
+    verdict = next(v for v in early.start_gate["verdicts"] if v["id"] == "jit-cuda-headers-missing")
+    assert verdict["verdict"] == "unknown" and "the CUDA toolkit this run installs is not there yet" in verdict["text"]
+    # the host's other facts still decide: the parallel sizes against its 8 GPUs
+    with pytest.raises(LaunchPlanError, match=r"parallel-size-exceeds-host-gpus"):
+        plan(
+            catalogue=CATALOGUE,
+            model_dirs=MODEL_DIRS,
+            host_facts=str(fresh),
+            host_facts_pending=["cuda_cccl_headers"],
+            extra_flags={"tp-size": 16},
+        )
 
 
 def test_the_gate_is_never_read_from_the_plan_cache(tmp_path) -> None:

@@ -146,10 +146,12 @@ def make_plan(
     catalogue: Optional[Mapping[str, Any]] = None,
     model_dirs: Optional[Mapping[str, str]] = None,
     host_facts: Optional[str] = None,
+    host_facts_pending: Sequence[str] = (),
     gate_skipped: str = "",
 ) -> LaunchPlan:
     """Merge, check against the SGLang at ``sglang`` and return the plan; LaunchPlanError lists every refusal.
-    ``gate_skipped``: why no catalogue is given, for the plan's start-gate summary.
+    ``gate_skipped``: why no catalogue is given, for the plan's start-gate summary; ``host_facts_pending``: host facts
+    this run is about to change (the CUDA toolkit's, before its play), which the gate takes as unknown.
 
     With ``cache`` (a directory) and ``sglang`` a wheel file, a plan already checked for exactly
     these inputs (the wheel's sha256, the merged flags, environment, patches, Python, and the
@@ -161,7 +163,7 @@ def make_plan(
     key = _cache_key(sglang, flags, env, patches, model_class, gpu_major, launch_module, python, pythonpath) if cache else None
     cached = _read_cached(Path(cache), key) if cache and key else None
     if cached is not None:
-        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped)
+        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped, pending=host_facts_pending)
     report = check_launch(
         sglang,
         profile=flags,
@@ -190,7 +192,7 @@ def make_plan(
     )
     if cache and key and write_cache:
         _write_cached(Path(cache), key, result)
-    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped)
+    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped, pending=host_facts_pending)
 
 
 def write_model_files(scratch: str | Path, model_files: Mapping[str, Any]) -> dict[str, str]:
@@ -250,6 +252,7 @@ def start_gate(
     skipped: str = "",
     venv_probes: Optional[Mapping[str, Any]] = None,
     outcome: str = "nothing changed",
+    pending: Sequence[str] = (),
 ) -> LaunchPlan:
     """The plan with the start gate applied (never cached: the model directories and the host's facts
     are read every time). Refused entries raise LaunchPlanError naming each, with its fix; a model
@@ -269,7 +272,7 @@ def start_gate(
     except start_failures.CatalogueError as exc:
         raise LaunchPlanError(f"start gate: {exc}") from exc
     flags, facts, host, notes = _gate_facts(plan, model_dirs, host_facts, aliases)
-    host = _with_venv_probes(host, venv_probes)
+    host = _with_venv_probes(_pending(host, pending), venv_probes)
     capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
     acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
     ctx = start_failures.Context(
@@ -340,6 +343,19 @@ def _with_venv_probes(host: Any, probe: Optional[Mapping[str, Any]]) -> Any:
     seen = {f"{fact}_from": f"{VENV_PROBES[fact][1]} in the release's venv: {(probe or {}).get(VENV_PROBES[fact][0])}" for fact in taken}
     unknown = {fact: why for fact, why in host.unknown.items() if fact not in taken}
     return replace(host, **taken, unknown=unknown, facts={**host.facts, **seen})
+
+
+# The host facts the CUDA toolkit's play changes: before it ran, the preflight's file says what the host had, not
+# what the deploy will find (site.yml's input check takes them as unknown; the deploy's gate reads them again).
+TOOLKIT_FACTS = ("nvcc_version", "jit_tools_missing", "cuda_cccl_headers")
+
+
+def _pending(host: Any, pending: Sequence[str]) -> Any:
+    """The host facts with those in ``pending`` taken as unknown (this run installs what they describe later)."""
+    if host is None or not pending:
+        return host
+    unknown = {fact: "the CUDA toolkit this run installs is not there yet; the deploy's gate reads it again" for fact in pending}
+    return replace(host, **{fact: None for fact in pending}, unknown={**host.unknown, **unknown})
 
 
 def _gate_facts(
