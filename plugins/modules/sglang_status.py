@@ -54,16 +54,16 @@ status:
            health: {url: "http://127.0.0.1:30000/health", status: 200, phase: healthy, seconds: 1.02}, problems: []}
   contains:
     releases: {description: "Every release in the record, oldest first (id, state, reason, created, removed).", type: list, elements: dict}
-    current: {description: The current release (null when none)., type: str}
-    current_link: {description: Where the current link points (null when there is none)., type: str}
-    last_good: {description: The newest release that served healthy., type: str}
-    why_current: {description: Why the current release is current, from the record., type: str}
-    unit: {description: "The unit's active_state, sub_state, main_pid and restarts.", type: dict}
+    current: {description: "The current release (null when none).", type: str}
+    current_link: {description: "Where the current link points (null when there is none).", type: str}
+    last_good: {description: "The newest release that served healthy.", type: str}
+    why_current: {description: "Why the current release is current, from the record.", type: str}
+    unit: {description: "The unit's load_state, enabled, active_state, sub_state, main_pid and restarts.", type: dict}
     health: {description: "The GET: url, status (null when nothing answered), phase, seconds.", type: dict}
     last_start:
       description: "The current release's last start from its manifest: healthy_after_s, phase, profile, canary, fabric."
       type: dict
-    problems: {description: What disagrees (record and link, unit and health)., type: list, elements: str}
+    problems: {description: "What disagrees (record and link, unit and health).", type: list, elements: str}
 lines:
   description: The status as an operator reads it, a line each.
   type: list
