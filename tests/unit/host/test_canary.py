@@ -586,3 +586,18 @@ def test_trimmed_graph_flags_are_flags_of_that_release(version: str) -> None:
     added = {a for a in argv if a.startswith("--")} - {"--model-path"}
     known = _parser_flags(version)
     assert added and added <= known, f"SGLang {version} does not know {sorted(added - known)}"
+
+
+def test_the_catalogues_run_phases_are_the_canarys_phases() -> None:
+    """start_failures.RUN_PHASES (what a signature's phases may name) is a copy the schema needs without importing the
+    canary: it must stay the canary's own list of the phases a run can fail in (the health gate's and the canary's;
+    "served" is the one a canary that passed ends in, where no signature is matched)."""
+    assert set(start_failures.RUN_PHASES) == set(canary.PHASES) - {"served"}
+
+
+def test_the_real_out_of_memory_start_is_named_by_its_entry() -> None:
+    """The H200 capture whose canary ran out of memory after the load (--mem-fraction-static 0.99)."""
+    lines = (ROOT / "tests/data/real-server/0.5.13-h200-toolkit/canary-mem099/server.log").read_text().splitlines()
+    cause = known_cause(lines, "exited")
+    assert cause is not None and cause["name"] == "out-of-memory-after-load", cause
+    assert cause["line"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
