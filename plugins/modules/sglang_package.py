@@ -33,6 +33,25 @@ options:
   state_dir:
     description: The patch state directory (default C(<sglang_dir>/../.sglang-patches)).
     type: path
+  intact:
+    description:
+      - For a release found by the key of its inputs (the patch inputs among them), say whether its
+        patched SGLang is still as it was made, in this one run instead of the patch role's steps.
+        It is when every recorded patch target still has the sha256 it was patched to, and the proofs of the
+        import check and of the audit (when given) still hold for the package as it is (RV(intact)).
+      - Needs O(manifest). When it holds, O(pristine_of) is not read (nothing will be applied).
+    type: dict
+    suboptions:
+      import_stamp:
+        description:
+          - The import check's proof file (M(sm120.sglang.sglang_import_check) O(sm120.sglang.sglang_import_check#module:stamp)).
+          - Omit it when no import check runs.
+        type: path
+      audit:
+        description:
+          - The audit's C(stamp), C(model_class), C(model_dir) and C(algorithm), as M(sm120.sglang.sglang_audit) gets them.
+          - Omit it when no audit runs.
+        type: dict
 extends_documentation_fragment:
   - sm120.sglang.sglang_sm120
   - sm120.sglang.sglang_sm120.read_only
@@ -79,12 +98,32 @@ pristine:
       sha256: 5d41402abc4b2a76b9719d911017c592ae2d8d4c1f6e3b7a9c0d2e4f6a8b0c1d
       source: /opt/sglang/current/venv/lib/python3.12/site-packages/sglang/srt/models/kimi_k25.py
       content_base64: IyBDb3B5cmlnaHQgMjAyNSBTR0xhbmcgVGVhbQo=
+intact:
+  description: With O(intact), whether the release's patched SGLang is as it was made, and what the patch role would have said.
+  type: dict
+  returned: when O(intact) is given
+  sample:
+    ok: true
+    reasons: []
+    patches: {kimi_k25_eagle3_delegation: already-applied}
+    imported: [sglang.srt.models.kimi_k25]
+    audit: {ok: true}
+  contains:
+    ok: {description: Every record still holds., type: bool, sample: true}
+    reasons: {description: What no longer holds (empty when RV(intact.ok))., type: list, elements: str, sample: []}
+    patches:
+      description: Patch id to C(already-applied) for each target still patched.
+      type: dict
+      sample: {kimi_k25_eagle3_delegation: already-applied}
+    imported: {description: The modules the import check's proof names., type: list, elements: str, sample: [sglang.srt.models.kimi_k25]}
+    audit: {description: The audit's recorded report., type: dict, sample: {ok: true}}
 """
 
 import base64
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.patches import intact as patches_intact
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.patches.engine import pristine_sources
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.patches.manifest import load_manifest
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.release.venv import find_sglang
@@ -94,6 +133,7 @@ ARGUMENT_SPEC = dict(
     pristine_of=dict(type="list", elements="str", default=[]),
     manifest=dict(type="dict"),
     state_dir=dict(type="path"),
+    intact=dict(type="dict", options=dict(import_stamp=dict(type="path"), audit=dict(type="dict"))),
 )
 
 
@@ -103,16 +143,27 @@ def main() -> None:
 
 
 def package(p: dict) -> dict:
-    pristine = {}
+    pristine, extra = {}, {}
     found_package = find_sglang(p["venv"])
-    if p["pristine_of"]:
+    if p["intact"] is not None:
+        if not p["manifest"]:
+            raise ToolkitError("intact needs the manifest")
+        extra["intact"] = patches_intact.check(
+            found_package.sglang_dir,
+            load_manifest(p["manifest"], rendered={}),
+            f"{p['venv']}/bin/python",
+            p["state_dir"],
+            p["intact"]["import_stamp"],
+            p["intact"]["audit"],
+        ).to_dict()
+    if p["pristine_of"] and not extra.get("intact", {}).get("ok"):
         if not p["manifest"]:
             raise ToolkitError("pristine_of needs the manifest")
         manifest = load_manifest(p["manifest"], rendered={})
         for target, found in pristine_sources(manifest, found_package.sglang_dir, p["state_dir"], p["pristine_of"]).items():
             content = base64.b64encode(found.pop("content")).decode("ascii")
             pristine[target] = dict(found, content_base64=content)
-    return dict(changed=False, package=found_package.to_dict(), pristine=pristine)
+    return dict(changed=False, package=found_package.to_dict(), pristine=pristine, **extra)
 
 
 if __name__ == "__main__":

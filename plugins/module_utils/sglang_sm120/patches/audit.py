@@ -1169,7 +1169,8 @@ def format_table(result: AuditResult) -> str:
 
 def audit_key(sglang_dir: str | Path, model_class: Optional[str], algorithm: str, model_dir: Optional[str] = None) -> str:
     """Key of an audit of an unpacked sglang package: the question asked (class or model config,
-    algorithm), this auditor's own source, and every file of the package by path, size and mtime.
+    algorithm), this auditor's own source, and every file of the package by path, size and mtime
+    (bytecode caches aside: an import writes them and they are not what the audit reads).
     A release venv's sglang changes only through a patch or an install, which change these."""
     import hashlib
     import inspect
@@ -1181,7 +1182,7 @@ def audit_key(sglang_dir: str | Path, model_class: Optional[str], algorithm: str
     digest.update(json.dumps({"class": model_class, "algorithm": algorithm, "config": config.hex(), "auditor": own}).encode())
     root = Path(sglang_dir)
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
             st = os.stat(path)
