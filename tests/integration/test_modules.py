@@ -477,3 +477,29 @@ def test_the_controller_steps_run_in_process_and_as_modules_alike(tmp_path):
         assert wrong["failed"] and "no_such_option" in wrong["msg"], wrong
     keys = [p["key"] for p in run_module("sglang_build_plan", plan_args)["plan"]]
     assert len(set(keys)) == 2 and all(len(k) == 64 for k in keys)
+
+
+def test_answers_module_passes_a_server_with_the_kimi_parser_and_fails_one_without(tmp_path):
+    """sglang_answers through Ansible against the stand-in: the key read from the service's keys file on the host
+    (never an argument, never in the result), structured tool calls pass, a server without the parser fails naming why."""
+    from test_standin import Standin
+
+    key = "sk-answers-" + os.urandom(6).hex()
+    keys_file = tmp_path / "api-keys.yaml"
+    keys_file.write_text(f'api-key: "{key}"\n')
+    with_parser = Standin(tmp_path, ["--tool-call-parser", "kimi_k2", "--config", str(keys_file)], "0.5.13", {})
+    without = Standin(tmp_path, ["--config", str(keys_file)], "0.5.13", {})
+    try:
+        with_parser.wait_healthy()
+        without.wait_healthy()
+        args = {"tool_call_parser": "kimi_k2", "keys_file": str(keys_file)}
+        ok = run_module("sglang_answers", {**args, "url": f"http://127.0.0.1:{with_parser.port}"})
+        assert not ok.get("failed") and ok["changed"] is False, ok
+        assert [(c["name"], c["ok"]) for c in ok["checks"]] == [("tool-call", True)]
+        failed = run_module("sglang_answers", {**args, "url": f"http://127.0.0.1:{without.port}"})
+        assert failed["failed"] and failed["msg"].startswith("answer check tool-call failed: no structured tool_calls"), failed
+        assert [c["ok"] for c in failed["checks"]] == [False] and "get_weather" in failed["checks"][0]["answer"]
+        assert key not in json.dumps(ok) + json.dumps(failed)
+    finally:
+        with_parser.stop()
+        without.stop()

@@ -770,3 +770,64 @@ def _get_json(url: str, path: str, key: Optional[str]) -> tuple[int, Any]:
         return response.status, json.loads(text) if text else None
     finally:
         conn.close()
+
+
+# ------------------------------------------------------------------ /v1/chat/completions and the answer check
+
+
+def test_a_forced_tool_call_is_structured_only_through_the_tool_call_parser(start) -> None:
+    """As SGLang 0.5.13's serving_chat answers tool_choice "required": parsed into tool_calls (Kimi-K2's id form under
+    kimi_k2) with the parser, the constrained JSON as plain content without one; the toolkit's check tells them apart."""
+    from sglang_sm120.serve import answers
+
+    kimi, other, plain = start(["--tool-call-parser", "kimi_k2", "--api-key", KEY]), start(["--tool-call-parser", "qwen25"]), start()
+    unmatched = start(["--tool-call-parser", "kimi_k2"], SGLANG_STANDIN_TOOL_CALLS="text")
+    for server in (kimi, other, plain, unmatched):
+        server.wait_healthy()
+    body = answers.tool_call_request("/models/target")
+    message = kimi.json("POST", "/v1/chat/completions", body, key=KEY)["choices"][0]["message"]
+    assert message["content"] == "" and message["tool_calls"] == [
+        {"id": "functions.get_weather:0", "index": 0, "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}
+    ]  # fmt: skip
+    text = plain.json("POST", "/v1/chat/completions", body)["choices"][0]["message"]
+    assert text["tool_calls"] is None and json.loads(text["content"]) == [
+        {"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}
+    ]
+
+    url = f"http://127.0.0.1:{kimi.port}"
+    passed = answers.check_tool_call(url, KEY, "kimi_k2")
+    assert passed.ok and passed.reason == "" and passed.name == "tool-call"
+    refused = answers.check_tool_call(url, None, "kimi_k2")
+    assert not refused.ok and refused.reason.startswith("POST /v1/chat/completions answered HTTP 401")
+    without = answers.check_tool_call(f"http://127.0.0.1:{plain.port}", None, "kimi_k2")
+    assert not without.ok and without.reason.startswith("no structured tool_calls: the call came back as text in content ('[{")
+    wrong = answers.check_tool_call(f"http://127.0.0.1:{other.port}", None, "kimi_k2")
+    assert not wrong.ok and "is not Kimi-K2's own form (functions.get_weather:0)" in wrong.reason
+    assert answers.check_tool_call(f"http://127.0.0.1:{other.port}", None, "qwen25").ok  # another parser's ids are not judged
+    missed = answers.check_tool_call(f"http://127.0.0.1:{unmatched.port}", None, "kimi_k2")  # a parser that matches nothing
+    assert not missed.ok and missed.reason.startswith("no structured tool_calls")
+
+
+def test_the_answer_judge_names_what_is_missing() -> None:
+    from sglang_sm120.serve.answers import judge_tool_call
+
+    def answer(**message: Any) -> str:
+        return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "tool_calls"}]})
+
+    call = {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert judge_tool_call(200, answer(content="", tool_calls=[call]), "kimi_k2") == ""
+    assert (
+        judge_tool_call(0, "ConnectionRefusedError: [Errno 111]", None)
+        == "POST /v1/chat/completions got no answer: ConnectionRefusedError: [Errno 111]"
+    )
+    assert judge_tool_call(200, "<html>", None).startswith("the answer is not a chat completion: <html>")
+    renamed = {**call, "function": {"name": "get_time", "arguments": "{}"}}
+    assert (
+        judge_tool_call(200, answer(tool_calls=[renamed]), None) == "the tool call names 'get_time', not the one tool offered (get_weather)"
+    )
+    broken = {**call, "function": {"name": "get_weather", "arguments": '{"city": "Par'}}
+    assert judge_tool_call(200, answer(tool_calls=[broken]), None).startswith("the tool call's arguments are not a JSON object")
+    assert judge_tool_call(200, answer(content="<|tool_calls_section_begin|>", tool_calls=None), None).startswith(
+        "no structured tool_calls"
+    )

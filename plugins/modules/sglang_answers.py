@@ -1,0 +1,95 @@
+#!/usr/bin/python
+"""Ansible module: check what a started SGLang server answers, beyond GET /health."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_answers
+short_description: Check what a started SGLang server answers (a tool call through its tool-call parser)
+description:
+  - Thin wrapper around plugins/module_utils/sglang_sm120/serve/answers.py; the sglang_service role runs it
+    after a new release's start is healthy, before the release is marked good (a failure rolls it back).
+  - C(tool-call) sends one chat completion with one tool and C(tool_choice=required) and fails unless the
+    answer carries OpenAI's structured C(message.tool_calls) with that tool's name and JSON arguments;
+    with O(tool_call_parser=kimi_k2) the call's id must be Kimi-K2's own C(functions.NAME:INDEX).
+    A server without C(--tool-call-parser) returns the call as text in C(content), which agent clients
+    cannot use, while GET /health stays 200.
+  - The API key is read on the host from O(keys_file) (the file the service role writes), never passed in.
+options:
+  url:
+    description: The server's base URL (loopback).
+    type: str
+    default: http://127.0.0.1:30000
+  checks:
+    description: The checks to run, in order.
+    type: list
+    elements: str
+    choices: [tool-call]
+    default: [tool-call]
+  tool_call_parser:
+    description: The server's C(--tool-call-parser) as the launch plan gives it (its call ids are checked for kimi_k2).
+    type: str
+  keys_file:
+    description: SGLang's API-keys file (C(api-key) in it is sent as the bearer token); absent means no key.
+    type: path
+  timeout:
+    description: Seconds each request may take.
+    type: float
+    default: 120
+attributes:
+  check_mode:
+    description: Sends the same requests in check mode (they change nothing on the server).
+extends_documentation_fragment:
+  - sm120.sglang.sglang_sm120
+  - sm120.sglang.sglang_sm120.read_only
+"""
+
+EXAMPLES = r"""
+- name: Check the server returns structured tool calls
+  sm120.sglang.sglang_answers:
+    tool_call_parser: kimi_k2
+    keys_file: /etc/sglang/api-keys.yaml
+"""
+
+RETURN = r"""
+checks:
+  description: Each check's outcome (also on failure).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{name: tool-call, ok: true, reason: "", seconds: 0.41, answer: '{"id": "...", "object": "chat.completion"}'}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.errors import ToolkitError, run_module
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.answers import run_checks
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.bench_client import KeysFileError, read_keys
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", default="http://127.0.0.1:30000"),
+    checks=dict(type="list", elements="str", choices=["tool-call"], default=["tool-call"]),
+    tool_call_parser=dict(type="str"),
+    keys_file=dict(type="path", no_log=False),
+    timeout=dict(type="float", default=120),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(module, lambda: answers(module.params), partial=dict(checks=[]))
+
+
+def answers(p: dict) -> dict:
+    try:
+        keys = read_keys(p["keys_file"])
+    except KeysFileError as exc:
+        raise ToolkitError(str(exc)) from exc
+    results = [c.to_dict() for c in run_checks(p["url"], keys, p["checks"], p["tool_call_parser"], p["timeout"])]
+    failed = [c for c in results if not c["ok"]]
+    if failed:
+        raise ToolkitError("; ".join(f"answer check {c['name']} failed: {c['reason']}" for c in failed), checks=results)
+    return dict(changed=False, checks=results)
+
+
+if __name__ == "__main__":
+    main()
