@@ -120,7 +120,7 @@ disks:
   description: Free space measured for each entry of O(disks).
   type: list
   elements: dict
-  returned: always
+  returned: success
   sample: [{label: build root, path: /opt/sglang/build, measured_at: /opt, free_gib: 812.4, min_gib: 200.0}]
   contains:
     label: {description: The entry's label., type: str, sample: build root}
@@ -131,13 +131,13 @@ disks:
 memory_gib:
   description: Total memory in GiB.
   type: float
-  returned: always
+  returned: success
   sample: 1007.6
 gpus:
   description: GPUs reported by nvidia-smi (empty when not required).
   type: list
   elements: dict
-  returned: always
+  returned: success
   sample:
     - {index: 0, name: NVIDIA RTX PRO 6000 Blackwell Server Edition, compute_cap: "12.0", driver_version: 580.95.05,
        memory_mib: 97887}
@@ -150,12 +150,12 @@ problems:
 gpu_topology:
   description: C(nvidia-smi topo -m) as GPU -> other GPU -> link (PIX, PXB, PHB, NODE, SYS, NV#); null when unknown.
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: {GPU1: PIX, GPU2: NODE}, GPU1: {GPU0: PIX, GPU2: NODE}, GPU2: {GPU0: NODE, GPU1: NODE}}
 pcie_only:
   description: True when no GPU pair is linked by NVLink; null with fewer than two GPUs or no matrix.
   type: bool
-  returned: always
+  returned: success
   sample: true
 gpu_p2p_read:
   description:
@@ -163,209 +163,209 @@ gpu_p2p_read:
       why not - C(CNS) chipset, C(GNS) GPU, C(TNS) topology not supported, C(NS) not supported, C(DR) disabled by regkey,
       C(U) unknown); null when unknown.
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: {GPU1: GNS}, GPU1: {GPU0: GNS}}
 p2p_supported:
   description: True when the driver reports every GPU pair C(OK); null with fewer than two GPUs or no matrix.
   type: bool
-  returned: always
+  returned: success
   sample: false
 nvidia_kernel_module:
   description: C(open) or C(proprietary), from C(/proc/driver/nvidia/version); null when unknown.
   type: str
-  returned: always
+  returned: success
   sample: open
 nvidia_module_version:
   description: The kernel module's version; null when unknown.
   type: str
-  returned: always
+  returned: success
   sample: 580.82.07
 nvidia_module_gcc:
   description: The GCC the kernel module was built with; null when unknown.
   type: str
-  returned: always
+  returned: success
   sample: 13.3.0
 iommu_cmdline:
   description: The IOMMU switches on C(/proc/cmdline) (intel_iommu, amd_iommu, iommu, iommu.passthrough).
   type: dict
-  returned: always
+  returned: success
   sample: {amd_iommu: "on", iommu: pt}
 iommu_groups:
   description: How many IOMMU groups C(/sys/kernel/iommu_groups) lists (0 - no IOMMU in use).
   type: int
-  returned: always
+  returned: success
   sample: 48
 iommu_group_types:
   description: IOMMU group type -> number of groups (identity - passthrough; DMA, DMA-FQ - translated).
   type: dict
-  returned: always
+  returned: success
   sample: {identity: 48}
 iommu_mode:
   description: C(off), C(passthrough) or C(translated); null when the group types and the command line do not say.
   type: str
-  returned: always
+  returned: success
   sample: passthrough
 acs_redirect:
   description: True when a PCI bridge has ACS redirect on (C(lspci -vvv) ACSCtl C(ReqRedir+) or C(CmpltRedir+)).
   type: bool
-  returned: always
+  returned: success
   sample: false
 acs_redirect_bridges:
   description: The bridges with ACS redirect on, as lspci names them.
   type: list
   elements: str
-  returned: always
+  returned: success
   sample: ["00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])"]
 uvm_disable_hmm:
   description:
     - C(/sys/module/nvidia_uvm/parameters/uvm_disable_hmm) - false leaves nvidia_uvm's HMM on; null when nvidia_uvm is
       not loaded (it loads at the first CUDA use).
   type: bool
-  returned: always
+  returned: success
   sample: false
 pcie_cmdline:
   description: The PCIe power-management switches on C(/proc/cmdline) (pcie_aspm, pcie_aspm.policy, pcie_port_pm).
   type: dict
-  returned: always
+  returned: success
   sample: {pcie_aspm: "off", pcie_port_pm: "off"}
 pcie_aspm_policy:
   description:
     - C(off) with C(pcie_aspm=off) on the kernel command line, else the active policy of
       C(/sys/module/pcie_aspm/parameters/policy) (C(default), C(performance), C(powersave), C(powersupersave)).
   type: str
-  returned: always
+  returned: success
   sample: default
 pcie_port_pm:
   description: C(off) or C(force) (C(pcie_port_pm=) on the kernel command line), else C(default).
   type: str
-  returned: always
+  returned: success
   sample: default
 nvidia_registry_dwords:
   description: C(RegistryDwords) of C(/proc/driver/nvidia/params) as written (empty - none set).
   type: str
-  returned: always
+  returned: success
   sample: ForceP2P=0x11;RMForceP2PType=1;RMPcieP2PType=2;GrdmaPciTopoCheckOverride=1;EnableResizableBar=1
 nvidia_dynamic_power_management:
   description: C(DynamicPowerManagement) of C(/proc/driver/nvidia/params).
   type: int
-  returned: always
+  returned: success
   sample: 3
 cpu_sockets:
   description: How many CPU packages C(/sys/devices/system/cpu/cpu*/topology/physical_package_id) name.
   type: int
-  returned: always
+  returned: success
   sample: 2
 gpu_bus_ids:
   description: GPU -> its PCI address as sysfs names it (C(nvidia-smi) C(pci.bus_id)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: "0000:41:00.0"}
 gpu_numa_nodes:
   description: GPU -> C(/sys/bus/pci/devices/<address>/numa_node) (-1 - none reported).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: 0}
 gpu_runtime_pm:
   description: GPU -> C(/sys/bus/pci/devices/<address>/power/control) (C(auto) or C(on)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: "on"}
 persistence_mode:
   description: GPU -> persistence mode on (C(nvidia-smi) C(persistence_mode)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: true}
 power_limit_w:
   description: GPU -> its power limit in W (C(power.limit)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: 600.0}
 power_default_limit_w:
   description: GPU -> its default power limit in W (C(power.default_limit)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: 600.0}
 power_max_limit_w:
   description: GPU -> the highest power limit it takes in W (C(power.max_limit)).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: 600.0}
 gpus_power_below_default:
   description: The GPUs whose power limit is below their default.
   type: list
   elements: str
-  returned: always
+  returned: success
   sample: [GPU2]
 bar1_total_mib:
   description: GPU -> its BAR1 size in MiB (C(nvidia-smi -q -d MEMORY), BAR1 Memory Usage Total).
   type: dict
-  returned: always
+  returned: success
   sample: {GPU0: 98304}
 gpus_bar1_below_memory:
   description: The GPUs whose BAR1 is smaller than their memory (FB Memory Usage Total).
   type: list
   elements: str
-  returned: always
+  returned: success
   sample: []
 nvcc_path:
   description: The nvcc read (O(cuda_home)/bin/nvcc, else PATH).
   type: str
-  returned: always
+  returned: success
   sample: /usr/local/cuda-13.0/bin/nvcc
 nvcc_version:
   description: That nvcc's release, X.Y.
   type: str
-  returned: always
+  returned: success
   sample: "13.0"
 ninja_version:
   description: C(ninja --version), its leading X.Y.Z.
   type: str
-  returned: always
+  returned: success
   sample: 1.13.2
 gcc_version:
   description: C(gcc --version).
   type: str
-  returned: always
+  returned: success
   sample: 13.3.0
 glibc_version:
   description: The C library's version.
   type: str
-  returned: always
+  returned: success
   sample: "2.39"
 jit_tools_missing:
   description: Which of nvcc, ninja, gcc and the C++ compiler (C($CXX), else C(c++)) were not found.
   type: list
   elements: str
-  returned: always
+  returned: success
   sample: [ninja]
 cxx_path:
   description: The C++ compiler FlashInfer's JIT build files name (C($CXX), else C(c++) on PATH); null when not found.
   type: str
-  returned: always
+  returned: success
   sample: /usr/bin/c++
 cuda_cccl_headers:
   description:
     - Whether the CUDA C++ core library headers (C(cuda/std)) are beside the nvcc found (C(include/cccl) as CUDA 13 lays
       them out, or C(include) as CUDA 12 did); JIT kernels include them. Null when no nvcc was found.
   type: bool
-  returned: always
+  returned: success
   sample: true
 python_headers:
   description:
     - Whether C(Python.h) is in the include directory of the Python the module ran with (Triton compiles its CUDA
       launcher against it at the server's first kernel).
   type: bool
-  returned: always
+  returned: success
   sample: false
 python_include:
   description: That include directory (sysconfig's C(include) path).
   type: str
-  returned: always
+  returned: success
   sample: /usr/include/python3.11
 facts_unknown:
   description: Fact -> why it is null (a command or file absent, unreadable or not in the expected format).
   type: dict
-  returned: always
+  returned: success
   sample: {acs_redirect: "lspci not found (install pciutils to read the bridges' ACS settings)"}
 """
 
@@ -491,7 +491,11 @@ def preflight(module: AnsibleModule, params: dict) -> dict:
     if problems or params["problems"]:
         problems = list(params["problems"]) + name_the_settings(problems, params["setting_names"])
         result["problems"] = problems
-        raise ToolkitError(f"preflight found {len(problems)} problem(s): {'; '.join(problems)}", **result)
+        # The problems only: the facts measured are in the saved file (where one is kept), not in the failure's output.
+        kept = f" (the host facts read are in {params['save_facts']})" if params["save_facts"] and not module.check_mode else ""
+        raise ToolkitError(
+            f"preflight found {len(problems)} problem(s): {'; '.join(problems)}{kept}", problems=problems, facts_saved=rewritten
+        )
     return result
 
 

@@ -165,10 +165,13 @@ def test_preflight_saves_the_facts_the_start_gate_reads_and_never_reports_a_chan
 
 def test_preflight_facts_never_change_its_verdict(tmp_path):
     """Without nvidia-smi every GPU fact is unknown, and the failure is the GPU check's alone."""
-    result = run_module("sglang_preflight", {"nvidia_smi": str(tmp_path / "absent-nvidia-smi"), "cuda_home": str(tmp_path)})
+    saved = tmp_path / "facts.json"
+    args = {"nvidia_smi": str(tmp_path / "absent-nvidia-smi"), "cuda_home": str(tmp_path), "save_facts": str(saved)}
+    result = run_module("sglang_preflight", args)
     assert result["failed"] and result["msg"].startswith("preflight found 1 problem(s): cannot list GPUs")
-    assert result["gpu_topology"] is None and result["pcie_only"] is None
-    assert result["facts_unknown"]["pcie_only"] == f"{tmp_path / 'absent-nvidia-smi'} not found (is the NVIDIA driver installed?)"
+    facts = json.loads(saved.read_text())  # a failure returns its problems; the facts it read are in the saved file
+    assert facts["gpu_topology"] is None and facts["pcie_only"] is None
+    assert facts["facts_unknown"]["pcie_only"] == f"{tmp_path / 'absent-nvidia-smi'} not found (is the NVIDIA driver installed?)"
     skipped = run_module("sglang_preflight", {"gpu_required": False, "nvidia_smi": str(tmp_path / "none")})
     assert not skipped.get("failed") and skipped["gpus"] == [] and skipped["pcie_only"] is None
 
@@ -503,3 +506,14 @@ def test_answers_module_passes_a_server_with_the_kimi_parser_and_fails_one_witho
     finally:
         with_parser.stop()
         without.stop()
+
+
+def test_a_failed_preflight_returns_its_problems_and_not_the_facts(tmp_path):
+    """Quiet failures: the console shows what is wrong; the facts measured are in the saved file, which the message names."""
+    smi = fake_nvidia_smi(tmp_path, "seven-gpus.txt")
+    saved = tmp_path / "host-facts.json"
+    result = run_module("sglang_preflight", {"nvidia_smi": str(smi), "save_facts": str(saved)})
+    assert result["failed"] and result["msg"].endswith(f"(the host facts read are in {saved})"), result["msg"]
+    assert result["problems"] == ["found 7 GPUs, expected 8"], result["problems"]
+    assert not {"gpus", "disks", "memory_gib", "gpu_topology", "pcie_only"} & set(result), sorted(result)
+    assert len(json.loads(saved.read_text())["gpus"]) == 7
