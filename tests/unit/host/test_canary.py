@@ -601,3 +601,14 @@ def test_the_real_out_of_memory_start_is_named_by_its_entry() -> None:
     cause = known_cause(lines, "exited")
     assert cause is not None and cause["name"] == "out-of-memory-after-load", cause
     assert cause["line"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+
+
+def test_canary_argv_keeps_the_tool_call_parser_and_leaves_the_reasoning_parser_out() -> None:
+    """The tiny models' tokenizer has no "</think>": SGLang 0.5.12-0.5.16 stop at start with --reasoning-parser kimi_k2 on it
+    (a real 0.5.13 server did: "think_end_token '</think>' must encode to exactly one token for constrained reasoning")."""
+    plan = [*PLAN, "--reasoning-parser", "kimi_k2", "--tool-call-parser", "kimi_k2"]
+    argv = canary.canary_argv(plan, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert "--reasoning-parser" not in argv and "--reasoning-parser=kimi_k2" not in argv
+    assert argv[argv.index("--tool-call-parser") + 1] == "kimi_k2"
+    assert argv[: len(PLAN)] == canary.canary_argv(PLAN, "/tiny/target", "/tiny/draft", 30100, 0.1)
+    assert "--reasoning-parser" not in canary.canary_argv([*PLAN, "--reasoning-parser=kimi_k2"], "/t", "/d", 30100, 0.1)

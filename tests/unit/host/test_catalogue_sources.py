@@ -439,8 +439,15 @@ def flashinfer_pin_lacks_fp4_gdc(version: str) -> bool:
     return readings[pin.group(1)] == "no-gdc"
 
 
+def reasoner_requires_one_think_end_token(version: str) -> bool:
+    """Affected: the release's ReasonerGrammarBackend refuses a think-end token that is not exactly one token."""
+    source = CACHE / "sglang" / version / "sglang/srt/constrained/reasoner_grammar_backend.py"
+    return source.is_file() and "must encode to exactly one token" in source.read_text()
+
+
 # entry id -> probe(version) -> affected
 PROBES: dict[str, Callable[[str], bool]] = {
+    "reasoning-parser-think-end-not-one-token": reasoner_requires_one_think_end_token,
     "sglang-jit-activation-vs-gcc-12": jit_activation_decltype_of_member_template,
     "sglang-jit-toolchain-missing": activation_is_jit_on_cuda,
     "modelopt-nvfp4-read-as-fp8": modelopt_read_as_fp8,

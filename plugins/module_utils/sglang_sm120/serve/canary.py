@@ -138,6 +138,9 @@ def _replace(argv: list[str], names: Sequence[str], value: str) -> bool:
     return found
 
 
+REASONING_PARSER_FLAGS = ("--reasoning-parser",)
+
+
 def canary_argv(
     plan_argv: Sequence[str], target: str, draft: Optional[str], port: int, mem_fraction: float, kv_cache_dtype: Optional[str] = None
 ) -> list[str]:
@@ -148,12 +151,16 @@ def canary_argv(
     A flag absent from the plan is appended. A plan with a draft needs a tiny draft; a draft without a
     draft flag in the plan is not added (the release does not speculate). kv_cache_dtype (the tiny
     models' launch hint: the real checkpoint declares an fp8 KV cache that SGLang's "auto" would pick)
-    is passed only where the plan leaves --kv-cache-dtype unset or "auto"."""
+    is passed only where the plan leaves --kv-cache-dtype unset or "auto".
+    ``--reasoning-parser`` is left out: from it SGLang 0.5.12-0.5.16 constrain reasoning with the parser's think-end
+    token and stop at start unless the model's tokenizer encodes it as exactly one token ("</think>" for kimi_k2),
+    which the real Kimi tokenizer does and the tiny models' small tokenizer cannot (seen on a real 0.5.13 server,
+    tests/data/real-server/0.5.13-h100-drain/README section)."""
     if not 0.0 < mem_fraction < 1.0:
         raise CanaryArgvError(f"mem_fraction must be between 0 and 1, found {mem_fraction}")
     if not 0 < int(port) < 65536:
         raise CanaryArgvError(f"port must be 1-65535, found {port}")
-    argv = [str(a) for a in plan_argv]
+    argv = _drop_list_flag([str(a) for a in plan_argv], REASONING_PARSER_FLAGS)
     replacements: list[tuple[Sequence[str], str, bool]] = [
         (MODEL_FLAGS, str(target), True),
         (TOKENIZER_FLAGS, str(target), False),
