@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -146,12 +145,7 @@ def main() -> int:
         summary["drain"].update(drained=result.drained, polls=result.polls, paths=paths, history=result.history)
         print(f"drain: {summary['drain']}", flush=True)
 
-    proc.send_signal(signal.SIGTERM)
-    try:
-        summary["exit_after_sigterm"] = proc.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        summary["exit_after_sigterm"] = "killed after 90 s"
+    summary["exit_after_sigterm"] = proof.stop(proc)
     log.close()
     text = (out / "server.log").read_text(errors="replace")
     kept = sum(p.read_text(errors="replace").count(proof.KEY) for p in out.iterdir() if p.is_file())

@@ -109,6 +109,16 @@ def watch_start(proc: subprocess.Popen[bytes], t0: float, budget: float, tsv: Pa
     return {"phase": phase, "exit": proc.poll(), **first}
 
 
+def stop(proc: subprocess.Popen[bytes]) -> Any:
+    """SIGTERM to the launcher, as systemd stops the unit: its exit status, or that it was killed after 90 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "killed after 90 s"
+
+
 def endpoints(out: Path) -> list[dict[str, Any]]:
     rows = []
     checks = [
@@ -207,12 +217,7 @@ def main() -> int:
         (out / "evidence.json").write_text(json.dumps(evidence, indent=1))
         (out / "server-info.json").write_text(json.dumps(evidence.get("server_info"), indent=1))
 
-    proc.send_signal(signal.SIGTERM)
-    try:
-        summary["exit_after_sigterm"] = proc.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        summary["exit_after_sigterm"] = "killed after 90 s"
+    summary["exit_after_sigterm"] = stop(proc)
     log.close()
     summary["total_seconds"] = now(t0)
 

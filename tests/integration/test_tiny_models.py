@@ -13,7 +13,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -660,30 +659,10 @@ def test_nvfp4_group_size_that_does_not_divide_a_linear_is_named(tmp_path: Path)
 
 
 def run_module(args: dict[str, Any], *flags: str) -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_GATHERING="explicit",
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-    )
-    ansible = Path(sys.executable).parent / "ansible"
-    command = [
-        str(ansible),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-m",
-        "sm120.sglang.sglang_canary_models",
-        "-a",
-        json.dumps(args),
-        *flags,
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    """sglang_canary_models through Ansible, as test_modules runs every module."""
+    from test_modules import run_module as run_ansible_module
+
+    return run_ansible_module("sglang_canary_models", args, flags=flags)
 
 
 def test_module_writes_then_reports_no_change(tmp_path: Path) -> None:

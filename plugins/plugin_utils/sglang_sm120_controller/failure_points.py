@@ -29,7 +29,7 @@ import fnmatch
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -73,9 +73,6 @@ class FailurePoint:
     message: str
     condition: str
     klass: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def scope_files(sglang_dir: Path) -> list[str]:
