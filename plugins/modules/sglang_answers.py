@@ -62,8 +62,7 @@ checks:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.errors import ToolkitError, run_module
-from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.answers import run_checks
-from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.bench_client import KeysFileError, read_keys
+from ansible_collections.sm120.sglang.plugins.module_utils.sglang_sm120.serve.answers import run_checks, service_keys
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", default="http://127.0.0.1:30000"),
@@ -80,11 +79,7 @@ def main() -> None:
 
 
 def answers(p: dict) -> dict:
-    try:
-        keys = read_keys(p["keys_file"])
-    except KeysFileError as exc:
-        raise ToolkitError(str(exc)) from exc
-    results = [c.to_dict() for c in run_checks(p["url"], keys, p["checks"], p["tool_call_parser"], p["timeout"])]
+    results = [c.to_dict() for c in run_checks(p["url"], service_keys(p["keys_file"]), p["checks"], p["tool_call_parser"], p["timeout"])]
     failed = [c for c in results if not c["ok"]]
     if failed:
         raise ToolkitError("; ".join(f"answer check {c['name']} failed: {c['reason']}" for c in failed), checks=results)

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from .bench_client import _request
+from ..errors import ToolkitError
+from .bench_client import KeysFileError, _request, read_keys
 
 TOOL_NAME = "get_weather"
 TOOL = {
@@ -40,6 +41,18 @@ TOOL = {
 }
 PROMPT = "What is the weather in Paris right now, in celsius? Use the tool."
 MAX_TOKENS = 256
+
+
+class AnswersError(ToolkitError):
+    """An answer check that cannot run as asked (its keys file, an unknown check)."""
+
+
+def service_keys(path: Optional[str]) -> dict[str, str]:
+    """The service's API-keys file as bench_client.read_keys reads it; AnswersError for one it cannot read."""
+    try:
+        return read_keys(path)
+    except (KeysFileError, ValueError) as exc:  # ValueError: not UTF-8
+        raise AnswersError(str(exc)) from exc
 
 
 @dataclass
@@ -122,6 +135,6 @@ def run_checks(url: str, keys: Mapping[str, str], checks: list[str], parser: Opt
     out = []
     for name in checks:
         if name != "tool-call":
-            raise ValueError(f"unknown answer check {name!r}: expected one of tool-call")
+            raise AnswersError(f"unknown answer check {name!r}: expected one of tool-call")
         out.append(check_tool_call(url, keys.get("api-key"), parser, timeout))
     return out
