@@ -831,3 +831,13 @@ def test_the_answer_judge_names_what_is_missing() -> None:
     assert judge_tool_call(200, answer(content="<|tool_calls_section_begin|>", tool_calls=None), None).startswith(
         "no structured tool_calls"
     )
+
+
+def test_an_unreadable_keys_file_stops_the_answer_check_naming_the_line(tmp_path: Path) -> None:
+    from sglang_sm120.serve.answers import AnswersError, service_keys
+
+    keys = tmp_path / "api-keys.yaml"
+    keys.write_text("api-key: not-quoted\n")
+    with pytest.raises(AnswersError, match=rf"{keys} line 1: expected name: \"value\""):
+        service_keys(str(keys))
+    assert service_keys(str(tmp_path / "absent.yaml")) == {}

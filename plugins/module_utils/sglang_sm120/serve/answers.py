@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from ..errors import ToolkitError
-from .bench_client import KeysFileError, _request, read_keys
+from .bench_client import _request
+from .canary import read_api_keys
 
 TOOL_NAME = "get_weather"
 TOOL = {
@@ -48,11 +49,8 @@ class AnswersError(ToolkitError):
 
 
 def service_keys(path: Optional[str]) -> dict[str, str]:
-    """The service's API-keys file as bench_client.read_keys reads it; AnswersError for one it cannot read."""
-    try:
-        return read_keys(path)
-    except (KeysFileError, ValueError) as exc:  # ValueError: not UTF-8
-        raise AnswersError(str(exc)) from exc
+    """The service's API-keys file, read as the canary reads it; AnswersError for one it cannot read."""
+    return read_api_keys(path, AnswersError)
 
 
 @dataclass

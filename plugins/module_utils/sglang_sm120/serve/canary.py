@@ -331,12 +331,12 @@ def read_env_file(path: str) -> dict[str, str]:
     return env
 
 
-def read_api_keys(path: str) -> dict[str, str]:
-    """The service's API-keys file as bench_client.read_keys reads it; CanaryInputError for its KeysFileError."""
+def read_api_keys(path: Optional[str], error: type[ToolkitError] = CanaryInputError) -> dict[str, str]:
+    """The service's API-keys file as bench_client.read_keys reads it; ``error`` (a ToolkitError) for its KeysFileError."""
     try:
         return bench_client.read_keys(path)
     except (bench_client.KeysFileError, ValueError) as exc:  # ValueError: not UTF-8
-        raise CanaryInputError(str(exc)) from exc
+        raise error(str(exc)) from exc
 
 
 def _as_user(user: Optional[str]) -> dict[str, Any]:
