@@ -36,7 +36,11 @@ ROLE_LINE = re.compile(r"^(\S[^\n]*?)\s-{2,}\s+([0-9.]+)s$", re.M)
 
 
 def converge(label: str, connection: str | None = None, plain: bool = False) -> dict:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles"}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CALLBACKS_ENABLED": "sm120.sglang.module_cache,ansible.posix.profile_roles",
+    }
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK)]
     if plain:
         # As the README says after `make deploy`: relative paths from the checkout, none of make's variables.

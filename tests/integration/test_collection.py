@@ -127,6 +127,8 @@ def operator_env(project: Path, installed: Path, home: Path) -> dict[str, str]:
         ANSIBLE_CONFIG=str(project / "ansible.cfg"),
         ANSIBLE_HOME=str(home),
         ANSIBLE_NOCOLOR="1",
+        # the module cache's store (callbacks_enabled above) beside ANSIBLE_HOME, not in this user's ~/.cache
+        SGLANG_MODULE_CACHE=str(home / "module-cache"),
         PYTHONPATH=os.pathsep.join(str(installed / "plugins" / sub) for sub in ("module_utils", "plugin_utils")),
     )
     return env
@@ -139,8 +141,9 @@ def write_project(project: Path, collections: Path, work: Path) -> None:
         f"collections_path = {collections}\n"
         f"inventory = {project / 'inventory.ini'}\n"
         "retry_files_enabled = False\n"
-        # README's optional settings: the collection's stdout callback and vars plugin.
+        # README's optional settings: the collection's stdout callback, module cache and vars plugin.
         "stdout_callback = sm120.sglang.sglang_progress\n"
+        "callbacks_enabled = sm120.sglang.module_cache\n"
         "vars_plugins_enabled = sm120.sglang.sglang_vault_hint, host_group_vars\n"
     )
     (project / "inventory.ini").write_text(f"testhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
@@ -265,6 +268,10 @@ def test_an_operators_playbook_runs_the_installed_roles_modules_and_lookup(colle
     assert facts["memory_gib"] > 0
     assert "facts_unknown" in facts
 
+    # The module cache (sm120.sglang.module_cache, enabled in the project's ansible.cfg) kept both modules' payloads.
+    stored = sorted(p.name.split("-")[0] for p in Path(collection.env["SGLANG_MODULE_CACHE"]).glob("*/ansible_collections.*"))
+    assert stored == [f"ansible_collections.{FQCN}.plugins.modules.{m}" for m in ("sglang_files", "sglang_preflight")], stored
+
     second = run(playbook, cwd=collection.project, env=collection.env, timeout=180)
     assert second.returncode == 0, output(second)
     again = recap(second.stdout)["testhost"]
@@ -276,6 +283,7 @@ def test_an_operators_playbook_runs_the_installed_roles_modules_and_lookup(colle
     [
         ("module", "sglang_preflight", "plugins/modules/sglang_preflight.py"),
         ("lookup", "sglang_toolkit_path", "plugins/lookup/sglang_toolkit_path.py"),
+        ("callback", "module_cache", "plugins/callback/module_cache.py"),
     ],
 )
 def test_ansible_doc_reads_the_installed_copy(collection: Collection, kind: str, name: str, file: str) -> None:
