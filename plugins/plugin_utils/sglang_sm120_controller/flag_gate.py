@@ -60,6 +60,7 @@ from sglang_sm120.launch.flags import (
     release_flag_table,
     sglang_version,
 )
+from sglang_sm120.launch.invariants import read_release_data
 from sglang_sm120.launch.plan import _read_verdict, _verify_key, _write_verdict
 from sglang_sm120.launch.server_args import (
     DEFAULT_CAPABILITY,
@@ -564,6 +565,7 @@ def _catalogue(
         host=release.host,
         model_class=release.model_class,
         registry=release.registry if prepared.draft_facts else None,
+        release=read_release_data(release.sglang) if prepared.model_facts or prepared.draft_facts else None,
         planned_patches=list(release.planned_patches),
         acknowledged=["allow-topk-tree-on-mla"] if release.allow_topk_tree_on_mla else [],
         aliases=release.aliases,

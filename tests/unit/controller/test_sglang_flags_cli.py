@@ -49,6 +49,8 @@ TREE = CACHE / "sglang" / "0.5.9"
 MODELS = DATA / "models"
 DRAFT = MODELS / "kimi-k2.5-eagle3"
 HOST8 = DATA / "start-failures" / "host-8x-rtx-pro-6000.json"
+# the role's fixed environment: the draft's 131072 positions are below Kimi's 262144 (draft-context-longer-than-draft)
+ALLOW_LONGER = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
 KIMI = "KimiK25ForConditionalGeneration"
 EAGLE = [
     "--model-path", "/data/Kimi-K2.5-NVFP4", "--tp-size", "8", "--trust-remote-code",
@@ -144,7 +146,10 @@ def gate(kimi: Path, deepseek_v3: Path, host8: HostFacts) -> dict[str, GateRepor
         # the toolkit's eagle3 profile for 0.5.9 (role toolkit_defaults: stack_quantization, the draft unquantized)
         "recipe-toolkit": [*recipe, *BF16, *QUANT, "--speculative-draft-model-quantization", "unquant"],
     }
-    flag_sets = [FlagSet(argv, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
+    # the role's fixed environment (sglang_launch_base_env): the draft's 131072 positions are below Kimi's 262144
+    # (catalogue entry draft-context-longer-than-draft)
+    allow = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    flag_sets = [FlagSet(argv, env=allow, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
     # DeepSeek MTP without a draft path: SGLang fills it in with the model's own.
     mtp = ["--model-path", "/data/DeepSeek-V3", "--tp-size", "8", "--speculative-algorithm", "EAGLE", *RECIPE]
     flag_sets.append(FlagSet(mtp, model=deepseek_v3, label="mtp"))
@@ -290,7 +295,8 @@ def test_cli_complete_json_lists_every_entry_and_sglangs_verdict(kimi: Path) -> 
     the hardware rule and the catalogue say so), and 0.5.9's FlashInfer FP4 GEMM race is warned about."""
     out = run(
         "--sglang", TREE, "--model-class", KIMI, "--gpu-cc", "12.0", "--json", "--model", kimi, "--draft-model", DRAFT,
-        "--host-facts", HOST8, "--", *EAGLE, *RECIPE, *BF16, *QUANT, *UNQUANT_DRAFT, "--enable-flashinfer-allreduce-fusion",
+        "--host-facts", HOST8, "--env", ALLOW_LONGER, "--", *EAGLE, *RECIPE, *BF16, *QUANT, *UNQUANT_DRAFT,
+        "--enable-flashinfer-allreduce-fusion",
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
@@ -374,7 +380,10 @@ def gate_0523(kimi: Path, host8: HostFacts) -> dict[str, GateReport]:
         # SGLang's own remap: with --quantization modelopt_fp4 its ServerArgs turns auto into flashinfer_cutlass on SM120
         "recipe-quantization": [*recipe, *BF16, "--quantization", "modelopt_fp4"],
     }
-    flag_sets = [FlagSet(argv, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
+    # the role's fixed environment (sglang_launch_base_env): the draft's 131072 positions are below Kimi's 262144
+    # (catalogue entry draft-context-longer-than-draft)
+    allow = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    flag_sets = [FlagSet(argv, env=allow, model=kimi, draft_model=DRAFT, label=label) for label, argv in sets.items()]
     reports = check_flag_sets(TREE_0523, flag_sets, model_class=KIMI, gpu_cc="12.0", host=host8)
     return {r.label or "": r for r in reports}
 
@@ -618,7 +627,7 @@ def test_bad_usage_exits_2(args: list[str], message: str) -> None:
 def test_the_same_check_again_reads_sglangs_verdict_back_without_importing_it(kimi: Path, tmp_path: Path) -> None:
     """SGLang's accepted verdict is kept under the cache (flag-gate/verdicts), keyed by every input;
     a changed input (here the environment) is checked again."""
-    args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT]
+    args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT, "--env", ALLOW_LONGER]
     argv = ["--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, *UNQUANT_DRAFT]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
     first = run(*args, *argv, env=env)
@@ -642,6 +651,7 @@ def test_the_warm_checker_keeps_sglang_imported_for_the_next_checks(kimi: Path, 
     """--warm: the first check starts a checker process (SGLang imported once, a unix socket only its
     user can reach); the next check, with other flags, is answered by the same process."""
     args = ["--sglang", TREE, "--python", PYTHON, "--model-class", KIMI, "--model", kimi, "--draft-model", DRAFT, "--warm", "120"]
+    args += ["--env", ALLOW_LONGER]
     env = {"SGLANG_TOOLKIT_CACHE": str(tmp_path)}
     first = run(*args, "--", *EAGLE, *RECIPE, *BF16, *QUANT, *UNQUANT_DRAFT, env=env)
     second = run(*args, "--", *EAGLE, *SPEC_3_1_16, *BF16, *QUANT, *UNQUANT_DRAFT, env=env)

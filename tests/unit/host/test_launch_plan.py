@@ -149,6 +149,7 @@ CATALOGUE = yaml.safe_load((ROOT / "roles/sglang_launch/files/start-failures.yml
 MODELS = ROOT / "tests/data/models"  # config-only copies of the real Kimi-K2.5-NVFP4 and its EAGLE-3 draft
 MODEL_DIRS = {STACK["stack_model_path"]: str(MODELS / "kimi-k2.5-nvfp4"), STACK["stack_draft_model_path"]: str(MODELS / "kimi-k2.5-eagle3")}
 HOST_8X = ROOT / "tests/data/start-failures/host-8x-rtx-pro-6000.json"
+LAUNCH_DEFAULTS = yaml.safe_load((ROOT / "roles/sglang_launch/defaults/main.yml").read_text())
 
 
 def gated(**overrides):
@@ -265,6 +266,9 @@ def module_args(config_dirs: dict[str, str], **overrides: Any) -> dict[str, Any]
         start_failures=CATALOGUE,
         model_files=files,
         host_facts=str(HOST_8X),
+        # the role's fixed environment (roles/sglang_launch/defaults/main.yml sglang_launch_base_env): the draft's
+        # 131072 positions below the target's 262144 need SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
+        env_parts=[LAUNCH_DEFAULTS["sglang_launch_base_env"]],
     )
     return {**args, **overrides}
 

@@ -22,6 +22,7 @@ import yaml
 from conftest import BIN, CACHE, DATA, ROOT
 from sglang_sm120.host.nvidia_smi import parse_query_output
 from sglang_sm120.launch.flags import _lookup, release_flag_table
+from sglang_sm120.launch.invariants import read_release_data
 from sglang_sm120.launch.start_failures import (
     CatalogueError,
     Context,
@@ -115,6 +116,7 @@ def verdict(entry_id: str, ctx: Context) -> Any:
 
 EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/data/eagle3"]
 FP4_ENV = {"SGLANG_FLASHINFER_FP4_GEMM_BACKEND": "trtllm"}
+ALLOW_LONGER = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
 
 
 def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[str, dict[str, Any]]:
@@ -124,6 +126,8 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
     (tmp / "odd-draft").mkdir(exist_ok=True)
     (tmp / "odd-draft" / "config.json").write_text(json.dumps({"architectures": ["NoSuchDraftForCausalLM"], "model_type": "llama"}))
     odd = read_model_dir(tmp / "odd-draft")
+    llama, llama_draft = read_model_dir(MODELS / "llama-3.1-8b-instruct"), read_model_dir(MODELS / "llama-3.1-8b-eagle3")
+    release = read_release_data(tree("0.5.9"))
     with_code = tmp / "kimi-with-code"
     if not with_code.exists():
         shutil.copytree(kimi, with_code)
@@ -342,6 +346,27 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
         "draft-does-not-fit-target": {
             "hit": (dict(argv=EAGLE, model=model, draft=read_model_dir(MODELS / "llama-3.1-8b-eagle3")), "refused"),
             "miss": (dict(argv=EAGLE, model=model, draft=draft), "ok"),
+            "outside": None,
+        },
+        # the generic invariants (tests/unit/host/test_start_invariants.py has their cases on 0.5.9 and 0.5.23)
+        "draft-dtype-differs-from-target": {
+            "hit": (dict(argv=EAGLE, model=llama, draft=llama_draft), "refused"),
+            "miss": (dict(argv=[*EAGLE, "--dtype", "bfloat16"], model=llama, draft=llama_draft), "ok"),
+            "outside": None,
+        },
+        "draft-context-longer-than-draft": {
+            "hit": (dict(argv=EAGLE, model=model, draft=draft, release=release), "refused"),
+            "miss": (dict(argv=EAGLE, model=model, draft=draft, release=release, env=ALLOW_LONGER), "ok"),
+            "outside": None,
+        },
+        "draft-not-an-eagle3-class": {
+            "hit": (dict(argv=EAGLE, model=llama, draft=llama, release=release), "refused"),
+            "miss": (dict(argv=EAGLE, model=model, draft=draft, release=release), "ok"),
+            "outside": None,
+        },
+        "quantization-flag-not-backed-by-checkpoint": {
+            "hit": (dict(argv=["--quantization", "fp8"], model=model, release=release), "refused"),
+            "miss": (dict(argv=["--quantization", "modelopt_fp4"], model=model, release=release), "ok"),
             "outside": None,
         },
         "draft-architecture-unknown": {
@@ -588,6 +613,7 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
         draft=read_model_dir(MODELS / "kimi-k2.5-eagle3"),
         host=host8,
         registry=registered_architectures(sglang),
+        release=read_release_data(sglang),  # the invariants read the release's own tables
         env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
     )
     verdicts = {e.id: evaluate_entry(e, context(aliases, argv, **kw)) for e in ENTRIES.values()}
@@ -612,6 +638,12 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
         bad = evaluate_entry(ENTRIES["flashinfer-cutlass-moe-autotune-corrupts-on-sm120"], context(aliases, [*argv, *without], **kw))
         assert bad.verdict == "refused" and "--disable-flashinfer-autotune not given" in bad.text(), bad.text()
     explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
+    # the generic invariants decide the production profile on the real Kimi configs: each ok, none unknown
+    generic = ("draft-dtype-differs-from-target", "draft-context-longer-than-draft", "draft-not-an-eagle3-class")
+    generic += ("quantization-flag-not-backed-by-checkpoint",)
+    assert {v.id: v.verdict for v in explicit if v.id in generic} == dict.fromkeys(generic, "ok"), [
+        v.text() for v in explicit if v.id in generic
+    ]
     # --enable-metrics (the recipe's and every profile's) on 0.5.9-0.5.15: /v1/loads answers 500 with FastAPI 0.137+
     warned = ["v1-loads-500-metrics-middleware-fastapi-0137"] if version_tuple(version) <= (0, 5, 15) else []
     # FlashInfer 0.6.3 (0.5.9's pin) builds the SM120 FP4 GEMM without its PDL barriers: wrong tiles under load

@@ -29,7 +29,7 @@ from typing import Any, Optional
 from ..errors import ToolkitError
 from . import flag_check as flag_rules
 from . import flags as server_flags
-from . import model_access, start_failures
+from . import invariants, model_access, start_failures
 from . import server_args as server_args_check
 from .flag_check import check_launch
 from .flags import exec_start_args
@@ -284,6 +284,7 @@ def start_gate(
         draft=facts.get("draft"),
         host=host,
         registry=start_failures.registered_architectures(sglang) if "draft" in facts else None,
+        release=invariants.read_release_data(sglang) if facts else None,
         planned_patches=list(plan.patches),
         acknowledged=acknowledged,
         aliases=dict(aliases or {}),

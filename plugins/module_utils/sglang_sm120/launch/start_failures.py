@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from ..errors import ToolkitError
 from ..host.facts import FACT_KEYS, check_facts
-from . import placement
+from . import invariants, placement
 from .flag_check import MLA_MODEL_CLASSES
 
 GIB = 1024**3
@@ -117,7 +117,22 @@ CONDITIONS = {
     "host": ("is", "in", "lt", "ge"),
     "check": (),
 }
-CHECKS = ("memory", "memory_reserve", "draft_fits", "parallel_gpus")
+CHECKS = (
+    "memory",
+    "memory_reserve",
+    "draft_fits",
+    "parallel_gpus",
+    "draft_dtype",
+    "draft_context",
+    "eagle3_architecture",
+    "quantization_backed",
+)
+INVARIANT_CHECKS = {
+    "draft_dtype": invariants.draft_dtype_check,
+    "draft_context": invariants.draft_context_check,
+    "eagle3_architecture": invariants.eagle3_architecture_check,
+    "quantization_backed": invariants.quantization_backed_check,
+}
 # Keys of a host-facts file: the preflight module's result (plugins/modules/sglang_preflight.py: gpus and
 # the facts of plugins/module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
 # facts only a later gatherer provides (deep_gemm_importable, triton_ptxas_knows_arch: the release venv's probes).
@@ -390,6 +405,13 @@ class ModelFacts:
     vocab_size: Optional[int] = None
     num_hidden_layers: Optional[int] = None
     aux_layer_ids: Optional[list[int]] = None  # an EAGLE-3 draft's eagle_config.eagle_aux_hidden_state_layer_ids
+    # for the invariants (launch/invariants.py): the dtype its config names (SGLang reads the text config's dtype,
+    # else torch_dtype), the text config SGLang derives the context length from, and the directory's file names
+    config_dtype: Optional[str] = None
+    dtype_source: str = ""
+    text_config: dict[str, Any] = field(default_factory=dict)
+    text_config_source: str = ""
+    file_names: list[str] = field(default_factory=list)
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -512,6 +534,15 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
 
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     aux = eagle.get("eagle_aux_hidden_state_layer_ids")
+    # SGLang's hf_text_config (get_hf_text_config): the text_config of a wrapper, else the config itself; its
+    # _get_and_verify_dtype reads that config's dtype, else torch_dtype (the wrapper's where the text config names none)
+    text_where = f"{path / 'config.json'}" + (": text_config" if text else "")
+    config_dtype, dtype_source = None, f"{text_where} dtype/torch_dtype"
+    for where, label in ((text, text_where), (config, str(path / "config.json"))):
+        dtype_key = next((k for k in ("dtype", "torch_dtype") if isinstance(where.get(k), str)), None)
+        if where and dtype_key:
+            config_dtype, dtype_source = where[dtype_key], f"{label} {dtype_key}"
+            break
     return ModelFacts(
         path=str(path),
         architectures=list(archs),
@@ -531,6 +562,11 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
         total_size_source=size_source,
         auto_map_modules=modules,
         auto_map_missing=missing,
+        config_dtype=config_dtype,
+        dtype_source=dtype_source,
+        text_config=dict(text or config),
+        text_config_source=text_where,
+        file_names=sorted(names),
     )
 
 
@@ -715,6 +751,8 @@ class Context:
     host: Optional[HostFacts] = None
     model_class: Optional[str] = None  # sglang-flags --model-class, when no model directory is given
     registry: Optional[set[str]] = None
+    # what the invariants read from the release's sources (its EAGLE-3 draft classes, quantization tables, ...)
+    release: Optional[invariants.ReleaseData] = None
     planned_patches: list[str] = field(default_factory=list)
     acknowledged: list[str] = field(default_factory=list)  # acknowledged_by names the operator gave
     aliases: dict[str, str] = field(default_factory=dict)  # every flag name SGLang accepts -> the key in flags
@@ -1163,6 +1201,8 @@ def _condition(entry: Entry, cond: Mapping[str, Any], ctx: Context) -> Result:
         return draft_fits_check(ctx)
     if cond.get("check") == "parallel_gpus":
         return parallel_gpus_check(ctx)
+    if cond.get("check") in INVARIANT_CHECKS:
+        return INVARIANT_CHECKS[cond["check"]](ctx)
     return memory_check(entry, ctx)
 
 

@@ -1,0 +1,458 @@
+"""Generic invariants of the start gate: what SGLang checks only after it has loaded the target (or both models),
+decided before the load from the flags, the two model configs and the release's own sources.
+
+- the draft against the target (EAGLE / EAGLE-3): the dtype each resolves to (SGLang's ``_get_and_verify_dtype``
+  with the one ``--dtype`` both get), the context length the draft is given (the target's, which
+  ``ModelConfig._derive_context_length`` refuses above the draft's own unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``),
+  and, for EAGLE-3, that the draft's class is one the release's EAGLE-3 worker can drive (it calls ``set_embed`` and
+  reads ``hot_token_id`` on the draft model unguarded);
+- the quantization flags against the checkpoint's own quantization config (``ModelConfig._verify_quantization``'s
+  ``compatible_quantization_methods``; a method whose ``get_config_filenames`` names a file needs that file or a
+  ``quantization_config``, ``get_quant_config``'s "Cannot find the config file").
+
+What SGLang itself says is read from the release (a tree or a wheel: ``read_release_data``), not copied here: its
+EAGLE-3 draft classes, its compatible-quantization table, each method's config files, its context-length keys.
+Plain Python, no Ansible imports; the checks take the gate's Context and return (holds, evidence) as its conditions do.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import zipfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # the gate's own types; start_failures imports this module
+    from .start_failures import Context, ModelFacts
+
+Result = tuple[Optional[bool], str]
+
+# SGLang's _STR_DTYPE_TO_TORCH_DTYPE (srt/configs/model_config.py, every release 0.5.9-0.5.23)
+STR_DTYPES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32", "bfloat16": "bfloat16"}
+# SGLang's EnvBool (srt/environ.py): these are true; "false", "0", "no", "n" false; anything else raises
+ENV_TRUE = ("true", "1", "yes", "y")
+ENV_FALSE = ("false", "0", "no", "n")
+CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+
+
+# --- what the release says -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseData:
+    """What the gate reads from one SGLang release's sources; a field is None where the release does not say."""
+
+    source: str
+    eagle3_classes: Optional[frozenset[str]]  # EntryClass classes with set_embed(_and_head) and hot_token_id
+    compatible_quantization: Optional[dict[str, list[str]]]  # --quantization -> checkpoint quant_methods it accepts
+    quant_config_files: dict[str, list[str]]  # method -> its get_config_filenames() (empty: online, no file needed)
+    context_length_keys: Optional[list[str]]  # CONTEXT_LENGTH_KEYS, in SGLang's order
+
+
+def _package_texts(sglang: str | Path, prefixes: tuple[str, ...]) -> dict[str, str]:
+    """path below the sglang package (srt/models/llama.py) -> text, for the files under `prefixes`, from an unpacked
+    tree (the package dir or the dir holding it) or a wheel."""
+    path = Path(sglang)
+    out: dict[str, str] = {}
+    if path.is_file() and path.suffix == ".whl":
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                inner = name[len("sglang/") :] if name.startswith("sglang/") else None
+                if inner and inner.endswith(".py") and inner.startswith(prefixes):
+                    out[inner] = archive.read(name).decode("utf-8", "replace")
+        return out
+    if path.is_dir() and not (path / "srt").is_dir() and (path / "sglang" / "srt").is_dir():
+        path = path / "sglang"
+    for prefix in prefixes:
+        base = path / prefix
+        files = [base] if base.is_file() else sorted(base.rglob("*.py")) if base.is_dir() else []
+        for file in files:
+            out[file.relative_to(path).as_posix()] = file.read_text(encoding="utf-8", errors="replace")
+    return out
+
+
+def _parse(text: str) -> Optional[ast.Module]:
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def _entry_classes(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            names += [v.id for v in values if isinstance(v, ast.Name)]
+    return names
+
+
+_CLASS = re.compile(r"^class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:", re.MULTILINE)
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\(?[^\n]*)", re.MULTILINE)
+
+
+def _class_bases(text: str) -> dict[str, list[str]]:
+    """class name -> base names (the last dotted part), read with a regular expression: for the files with none of the
+    members a check looks for, only their classes' bases matter, and parsing every model file costs ~1 s a release."""
+    out: dict[str, list[str]] = {}
+    for name, bases in _CLASS.findall(text):
+        names = [b.strip().rsplit(".", 1)[-1] for b in bases.split(",") if b.strip() and "=" not in b]
+        out.setdefault(name, [b for b in names if b.isidentifier()])
+    return out
+
+
+def _entry_names(text: str) -> list[str]:
+    found = _ENTRY.search(text)
+    return re.findall(r"\b[A-Za-z_]\w*\b", found.group(1)) if found else []
+
+
+_METHOD_SET_EMBED = re.compile(r"^    (?:async\s+)?def set_embed(?:_and_head)?\s*\(", re.MULTILINE)
+_STORE_HOT = re.compile(r"\bhot_token_id\s*(?::[^=\n]*)?=(?!=)")
+_TOP_LEVEL = re.compile(r"^(?=\S)", re.MULTILINE)
+
+
+def _class_blocks(text: str) -> dict[str, str]:
+    """class name -> its source (from `class` to the next top-level line that is not a comment or decorator)."""
+    out: dict[str, str] = {}
+    for found in _CLASS.finditer(text):
+        rest = text[found.end() :]
+        stop = next((m.start() for m in _TOP_LEVEL.finditer(rest) if not rest.startswith(("#", ")"), m.start())), len(rest))
+        out.setdefault(found.group(1), rest[:stop])
+    return out
+
+
+def eagle3_draft_classes(texts: dict[str, str]) -> Optional[frozenset[str]]:
+    """The model classes (srt/models EntryClass) the EAGLE-3 worker can take as the draft: the class, or one of its
+    bases in srt/models, defines set_embed or set_embed_and_head (a method of the class body) and assigns
+    hot_token_id (eagle_worker / eagle_worker_v2 call draft.set_embed(embed) and read draft.hot_token_id without a
+    guard; sglang #36528). Read with regular expressions (parsing every model file costs ~1 s a release); a test
+    compares them with a full parse of every supported release."""
+    traits: dict[str, tuple[list[str], bool, bool]] = {}
+    entries: set[str] = set()
+    for name, text in texts.items():
+        if not name.startswith("srt/models/"):
+            continue
+        if "EntryClass" in text:
+            entries.update(_entry_names(text))
+        bases = _class_bases(text)
+        blocks = _class_blocks(text) if ("set_embed" in text or "hot_token_id" in text) else {}
+        for cls, cls_bases in bases.items():
+            block = blocks.get(cls, "")
+            traits.setdefault(cls, (cls_bases, bool(_METHOD_SET_EMBED.search(block)), bool(_STORE_HOT.search(block))))
+    if not entries:
+        return None
+
+    def has(cls: str, index: int, seen: frozenset[str] = frozenset()) -> bool:
+        if cls not in traits or cls in seen:
+            return False
+        bases, *flags = traits[cls]
+        return bool(flags[index]) or any(has(b, index, seen | {cls}) for b in bases)
+
+    return frozenset(c for c in entries if has(c, 0) and has(c, 1))
+
+
+def _assigned_literal(text: str, name: str) -> Any:
+    """The literal a plain assignment `name = {...}` / `[...]` anywhere in `text` holds; None when there is none."""
+    tree = _parse(text)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    return None
+
+
+def quant_config_files(texts: dict[str, str]) -> dict[str, list[str]]:
+    """method name -> the files its config class's get_config_filenames() returns, for the methods
+    srt/layers/quantization/__init__.py maps to a class ("fp8": Fp8Config) whose return is a list literal."""
+    init = texts.get("srt/layers/quantization/__init__.py", "")
+    methods = dict(re.findall(r'^\s*"([\w-]+)"\s*:\s*([A-Z]\w*)\s*,', init, re.MULTILINE))
+    returns: dict[str, list[str]] = {}
+    bases: dict[str, list[str]] = {}
+    for name, text in texts.items():
+        if not name.startswith("srt/layers/quantization/") or "class " not in text:
+            continue
+        if "get_config_filenames" not in text:  # only its classes' bases matter (parsing every file: ~0.1 s)
+            for cls, cls_bases in _class_bases(text).items():
+                bases.setdefault(cls, cls_bases)
+            continue
+        tree = _parse(text)
+        for node in tree.body if tree is not None else ():
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases.setdefault(node.name, [b.id for b in node.bases if isinstance(b, ast.Name)])
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "get_config_filenames":
+                    for ret in ast.walk(item):
+                        if isinstance(ret, ast.Return) and isinstance(ret.value, ast.List):
+                            with contextlib.suppress(ValueError):
+                                returns.setdefault(node.name, [str(v) for v in ast.literal_eval(ret.value)])
+                            break
+
+    def files(cls: str, seen: frozenset[str] = frozenset()) -> Optional[list[str]]:
+        if cls in returns:
+            return returns[cls]
+        for base in bases.get(cls, []):
+            if base not in seen:
+                found = files(base, seen | {cls})
+                if found is not None:
+                    return found
+        return None
+
+    out = {}
+    for method, cls in methods.items():
+        found = files(cls)
+        if found is not None:
+            out[method] = found
+    return out
+
+
+@lru_cache(maxsize=8)
+def _read_release_data(sglang: str) -> Optional[ReleaseData]:
+    try:
+        texts = _package_texts(
+            sglang,
+            (
+                "srt/models",
+                "srt/layers/quantization",
+                "srt/configs/model_config.py",
+                "srt/utils/hf_transformers/common.py",
+                "srt/utils/hf_transformers_utils.py",
+            ),
+        )
+    except (OSError, zipfile.BadZipFile):
+        return None
+    if not texts:
+        return None
+    compatible = _assigned_literal(texts.get("srt/configs/model_config.py", ""), "compatible_quantization_methods")
+    keys = None
+    for name in ("srt/utils/hf_transformers/common.py", "srt/utils/hf_transformers_utils.py"):
+        if name in texts:
+            keys = _assigned_literal(texts[name], "CONTEXT_LENGTH_KEYS")
+            if keys:
+                break
+    return ReleaseData(
+        source=sglang,
+        eagle3_classes=eagle3_draft_classes(texts),
+        compatible_quantization={str(k): [str(v) for v in vs] for k, vs in compatible.items()} if isinstance(compatible, dict) else None,
+        quant_config_files=quant_config_files(texts),
+        context_length_keys=[str(k) for k in keys] if isinstance(keys, list) else None,
+    )
+
+
+def read_release_data(sglang: str | Path) -> Optional[ReleaseData]:
+    """What the invariants read from SGLang `sglang` (an unpacked tree or a wheel); None when nothing is there."""
+    return _read_release_data(str(sglang))
+
+
+# --- the model facts as SGLang resolves them ---------------------------------------------------------------------
+
+
+def resolved_dtype(facts: ModelFacts, dtype_flag: Any) -> tuple[Optional[str], str]:
+    """The dtype SGLang's _get_and_verify_dtype gives this model with --dtype `dtype_flag` (None: auto), and how."""
+    flag = str(dtype_flag).lower() if dtype_flag not in (None, True, False) else "auto"
+    written = facts.config_dtype
+    config_dtype = STR_DTYPES.get(str(written).lower()) if written else None
+    if flag != "auto":
+        if flag not in STR_DTYPES:
+            return None, f"--dtype {dtype_flag} is not one SGLang knows ({', '.join(STR_DTYPES)})"
+        return STR_DTYPES[flag], f"--dtype {dtype_flag}"
+    where = f"{facts.dtype_source}: {written}" if written else f"{facts.dtype_source}: not set, read as float32"
+    if config_dtype in (None, "float32"):
+        chosen = "bfloat16" if (facts.model_type or "").startswith("gemma") else "float16"
+        return chosen, f"--dtype auto, {where} (SGLang runs float32 checkpoints as {chosen})"
+    return config_dtype, f"--dtype auto, {where}"
+
+
+def derived_context_length(facts: ModelFacts, keys: Optional[list[str]]) -> tuple[int, str]:
+    """SGLang's get_context_length on the model's text config: the first of CONTEXT_LENGTH_KEYS that is set, times
+    the rope_scaling factor unless the scaling names original_max_position_embeddings or is llama3; else 2048."""
+    config = facts.text_config
+    keys = keys or ["max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings"]
+    rope = config.get("rope_scaling")
+    factor: Any = 1
+    if isinstance(rope, dict) and rope:
+        factor = rope.get("factor", 1)
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in keys:
+        value = config.get(key)
+        if value is not None:
+            try:
+                length = int(factor * value)
+            except (TypeError, ValueError):
+                continue
+            scaled = f" x rope_scaling factor {factor}" if factor != 1 else ""
+            return length, f"{facts.text_config_source}: {key} {value}{scaled}"
+    return 2048, f"{facts.text_config_source}: none of {', '.join(keys)} set (SGLang's default 2048)"
+
+
+def env_bool(env: dict[str, str], name: str) -> tuple[Optional[bool], str]:
+    """SGLang's EnvBool: (value, text); None where SGLang would raise on the value."""
+    if name not in env:
+        return False, f"{name} not set"
+    value = env[name].strip().lower()
+    if value in ENV_TRUE:
+        return True, f"{name}={env[name]}"
+    if value in ENV_FALSE:
+        return False, f"{name}={env[name]}"
+    return None, f"{name}={env[name]} is neither true nor false to SGLang's EnvBool"
+
+
+# --- the checks ---------------------------------------------------------------------------------------------------
+
+
+def _version(text: Optional[str]) -> tuple[int, ...]:
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", text or "")
+    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
+
+
+def _algorithm(ctx: Context) -> Optional[str]:
+    given, value = ctx.flag("speculative-algorithm")
+    return str(value).upper() if given and value not in (True, None) else None
+
+
+def _both(ctx: Context) -> Optional[str]:
+    if ctx.model is None or ctx.draft is None:
+        missing = " and ".join(n for n, f in (("--model", ctx.model), ("--draft-model", ctx.draft)) if f is None)
+        return f"no {missing} directory given"
+    return None
+
+
+def draft_dtype_check(ctx: Context) -> Result:
+    """True when the draft resolves to another dtype than the target: both get the one --dtype, and with auto each
+    takes its own config's; the draft then gets the target's hidden states and embedding in the target's dtype and
+    its first forward (CUDA-graph capture) fails: "mat1 and mat2 must have the same dtype" (sglang #3431, #3824)."""
+    missing = _both(ctx)
+    if missing or ctx.model is None or ctx.draft is None:
+        return None, f"{missing}: whether the draft's dtype matches the target's is unknown"
+    _, flag = ctx.flag("dtype")
+    target, target_how = resolved_dtype(ctx.model, flag)
+    draft, draft_how = resolved_dtype(ctx.draft, flag)
+    if target is None or draft is None:
+        return None, target_how if target is None else draft_how
+    text = f"target {target} ({target_how}{ctx.flag_note('dtype')}), draft {draft} ({draft_how})"
+    return target != draft, text
+
+
+def draft_context_check(ctx: Context) -> Result:
+    """True when SGLang's ModelConfig refuses a context length: the target's --context-length above its own derived
+    length, or the draft given the target's context length (every EAGLE worker passes it) above the draft's own,
+    without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN. The draft's refusal comes after the target is loaded."""
+    if ctx.model is None:
+        return None, "no --model directory given: the context length is unknown"
+    keys = ctx.release.context_length_keys if ctx.release is not None else None
+    allowed, env_text = env_bool(ctx.env, CONTEXT_ENV)
+    if allowed is None:
+        return None, env_text
+    target_own, target_how = derived_context_length(ctx.model, keys)
+    given, raw = ctx.flag("context-length")
+    wrong = []
+    if given and raw is not True:
+        try:
+            target = int(raw)
+        except (TypeError, ValueError):
+            return None, f"--context-length {raw!r} is not an integer"
+        target_text = f"--context-length {target}{ctx.flag_note('context-length')}"
+        if target > target_own and not allowed:
+            wrong.append(f"target: {target_text} > the target's own {target_own} ({target_how}), {env_text}")
+    else:
+        target, target_text = target_own, f"the target's own {target_own} ({target_how})"
+    if ctx.draft is None or _algorithm(ctx) is None:
+        if wrong:
+            return True, "; ".join(wrong)
+        why = "no --draft-model directory given" if ctx.draft is None else "no --speculative-algorithm"
+        return (None if ctx.draft is None and _algorithm(ctx) else False), f"target context {target_text}; {why}"
+    draft_own, draft_how = derived_context_length(ctx.draft, keys)
+    if target > draft_own and not allowed:
+        wrong.append(f"draft: given the target's context {target} ({target_text}) > the draft's own {draft_own} ({draft_how}), {env_text}")
+    if wrong:
+        return True, "; ".join(wrong)
+    if target > draft_own:
+        return False, f"target context {target} > the draft's {draft_own} ({draft_how}), allowed by {env_text}"
+    return False, f"target context {target} ({target_text}) <= the draft's {draft_own} ({draft_how})"
+
+
+def eagle3_architecture_check(ctx: Context) -> Result:
+    """True when --speculative-algorithm EAGLE3 names a draft whose class the release's EAGLE-3 worker cannot drive
+    (registered or not: a target-style LlamaForCausalLM loads, then has no hot_token_id; sglang #36528)."""
+    if _algorithm(ctx) != "EAGLE3":
+        return False, f"--speculative-algorithm {_algorithm(ctx) or 'not set'} (not EAGLE3)"
+    if ctx.draft is None:
+        return None, "no --draft-model directory given: its architecture is unknown"
+    if ctx.release is None or ctx.release.eagle3_classes is None:
+        return None, "this SGLang's model classes could not be read (no srt/models)"
+    arch = ctx.draft.architectures[0] if ctx.draft.architectures else None
+    known = sorted(ctx.release.eagle3_classes)
+    text = f"draft {ctx.draft.path}/config.json architectures[0] {arch}; EAGLE-3 draft classes of SGLang {ctx.version}: {', '.join(known)}"
+    return arch not in ctx.release.eagle3_classes, text
+
+
+def _backed(facts: ModelFacts, method: str, option: str, release: ReleaseData, *, draft: bool) -> Optional[str]:
+    """Why `method` given for this checkpoint fails in SGLang's ModelConfig / get_quant_config, or None when it does not."""
+    checkpoint = facts.quantization
+    # the quant_method SGLang compares with: config.json's as written; ModelOpt's hf_quant_config.json is "modelopt"
+    raw = facts.quant_method or ("modelopt" if "hf_quant_config.json" in facts.quantization_source else None)
+    if checkpoint:
+        if method == checkpoint or (method == "modelopt" and raw == "modelopt"):  # "modelopt": SGLang picks fp8/fp4
+            return None
+        compatible = (release.compatible_quantization or {}).get(method, [])
+        if raw and raw in compatible:
+            return None
+        if draft:  # SGLang takes the draft's own method then (a log line, not an error)
+            return None
+        return (
+            f"{option} {method} against the checkpoint's {checkpoint} ({facts.quantization_source}): SGLang's "
+            f"ModelConfig raises 'Quantization method specified in the model config ({raw or checkpoint}) does not match'"
+            f" (compatible with {method}: {', '.join(compatible) or 'none'})"
+        )
+    files = release.quant_config_files.get(method)
+    if not files:  # not a method the release maps, or one that quantizes online (fp8: no file)
+        return None
+    present = [f for f in files if f in facts.file_names]
+    if present:
+        return None
+    return (
+        f"{option} {method} on a checkpoint without a quantization config ({facts.quantization_source}): {method} "
+        f"reads {', '.join(files)}, absent from {facts.path}; SGLang's get_quant_config raises 'Cannot find the config file for {method}'"
+    )
+
+
+def quantization_backed_check(ctx: Context) -> Result:
+    """True when --quantization (target) or --speculative-draft-model-quantization (draft, where given) names a
+    method the checkpoint does not back: another method than its quantization config's, or one that needs a
+    config file the directory lacks. (The draft inheriting --quantization is the entries draft-inherits-*.)"""
+    if ctx.release is None:
+        return None, "this SGLang's quantization methods could not be read"
+    wrong, right, unknown = [], [], []
+    for option, facts, draft in (("--quantization", ctx.model, False), ("--speculative-draft-model-quantization", ctx.draft, True)):
+        name = option[2:]
+        given, value = ctx.flag(name)
+        if draft and ctx.aliases.get(name, name) not in ctx.flags:  # inherited from --quantization: draft-inherits-*
+            right.append(f"{option} not given (a draft inheriting --quantization is entry draft-inherits-target-quantization's)")
+            continue
+        if draft and _version(ctx.version) >= (0, 5, 18):
+            right.append(f"{option} {value}: not decided here (from 0.5.18 SGLang may quantize the draft online)")
+            continue
+        if not given or value in (True, "unquant"):
+            right.append(f"{option} {'not set' if not given else value}")
+            continue
+        if facts is None:
+            unknown.append(f"{option} {value}: no {'--draft-model' if draft else '--model'} directory given")
+            continue
+        why = _backed(facts, str(value).lower(), option, ctx.release, draft=draft)
+        if why:
+            wrong.append(why + ctx.flag_note(name))
+        else:
+            right.append(f"{option} {value}{ctx.flag_note(name)} backed by {facts.quantization or 'online quantization'}")
+    if wrong:
+        return True, "; ".join(wrong)
+    if unknown:
+        return None, "; ".join(unknown)
+    return False, "; ".join(right)
