@@ -118,29 +118,26 @@ def _copy_atomic(source: Path, target: Path) -> None:
     os.replace(part, target)
 
 
+def _copy_missing(source: Path, target: Path) -> list[str]:
+    copied = []
+    for payload in _payloads(source):
+        if not (target / payload.name).exists():
+            _copy_atomic(payload, target / payload.name)
+            copied.append(payload.name)
+    return copied
+
+
 def restore(store: Path, run_cache: Path) -> list[str]:
     """Copy the store's payloads into a run's ansiballz_cache (missing ones only); returns their names."""
     run_cache.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for payload in _payloads(store):
-        target = run_cache / payload.name
-        if not target.exists():
-            _copy_atomic(payload, target)
-            copied.append(payload.name)
-    return copied
+    return _copy_missing(store, run_cache)
 
 
 def save(run_cache: Path, store: Path) -> list[str]:
     """Copy the payloads a run built (those the store lacks) into the store; returns their names."""
     if not run_cache.is_dir() or not store.is_dir():  # pruned meanwhile by a run of other sources: nothing kept
         return []
-    saved = []
-    for payload in _payloads(run_cache):
-        target = store / payload.name
-        if not target.exists():
-            _copy_atomic(payload, target)
-            saved.append(payload.name)
-    return saved
+    return _copy_missing(run_cache, store)
 
 
 def prune(base: Path, keep_key: str, keep: int = KEEP) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import CACHE, DATA
 from sglang_sm120.launch.flags import _lookup, release_flag_table
-from sglang_sm120.launch.invariants import ENV_FALSE, ENV_TRUE, STR_DTYPES, read_release_data
+from sglang_sm120.launch.invariants import ENV_FALSE, ENV_TRUE, STR_DTYPES, eagle3_capable, read_release_data
 from sglang_sm120.launch.start_failures import Context, evaluate_entry, parse_argv, read_host_facts, read_model_dir
 from sglang_sm120_controller.toolkit_data import load_catalogue
 
@@ -251,14 +251,7 @@ def _parsed_eagle3_classes(sglang: Path) -> frozenset[str]:
                     for n in ast.walk(node)
                 )
                 traits.setdefault(node.name, (bases, embed, hot))
-
-    def has(cls: str, index: int, seen: frozenset[str] = frozenset()) -> bool:
-        if cls not in traits or cls in seen:
-            return False
-        bases, *flags = traits[cls]
-        return bool(flags[index]) or any(has(b, index, seen | {cls}) for b in bases)
-
-    return frozenset(c for c in entries if has(c, 0) and has(c, 1))
+    return eagle3_capable(traits, entries)
 
 
 @pytest.mark.parametrize("version", RELEASES)

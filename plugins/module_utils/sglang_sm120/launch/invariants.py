@@ -31,6 +31,17 @@ if TYPE_CHECKING:  # the gate's own types; start_failures imports this module
 
 Result = tuple[Optional[bool], str]
 
+
+def outcome(wrong: list[str], unknown: list[str], passed: str) -> Result:
+    """A check's result from what it found: refused (True) on anything wrong, else unknown (None) on anything it
+    could not decide, else passed (False, with `passed` as the text)."""
+    if wrong:
+        return True, "; ".join(wrong)
+    if unknown:
+        return None, "; ".join(unknown)
+    return False, passed
+
+
 # SGLang's _STR_DTYPE_TO_TORCH_DTYPE (srt/configs/model_config.py, every release 0.5.9-0.5.23)
 STR_DTYPES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32", "bfloat16": "bfloat16"}
 # SGLang's EnvBool (srt/environ.py): these are true; "false", "0", "no", "n" false; anything else raises
@@ -144,8 +155,11 @@ def eagle3_draft_classes(texts: dict[str, str]) -> Optional[frozenset[str]]:
         for cls, cls_bases in bases.items():
             block = blocks.get(cls, "")
             traits.setdefault(cls, (cls_bases, bool(_METHOD_SET_EMBED.search(block)), bool(_STORE_HOT.search(block))))
-    if not entries:
-        return None
+    return eagle3_capable(traits, entries) if entries else None
+
+
+def eagle3_capable(traits: dict[str, tuple[list[str], bool, bool]], entries: set[str]) -> frozenset[str]:
+    """The entry classes that, themselves or through their bases, have both traits: (bases, set_embed, hot_token_id)."""
 
     def has(cls: str, index: int, seen: frozenset[str] = frozenset()) -> bool:
         if cls not in traits or cls in seen:
@@ -451,8 +465,4 @@ def quantization_backed_check(ctx: Context) -> Result:
             wrong.append(why + ctx.flag_note(name))
         else:
             right.append(f"{option} {value}{ctx.flag_note(name)} backed by {facts.quantization or 'online quantization'}")
-    if wrong:
-        return True, "; ".join(wrong)
-    if unknown:
-        return None, "; ".join(unknown)
-    return False, "; ".join(right)
+    return outcome(wrong, unknown, "; ".join(right))

@@ -534,15 +534,6 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
 
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     aux = eagle.get("eagle_aux_hidden_state_layer_ids")
-    # SGLang's hf_text_config (get_hf_text_config): the text_config of a wrapper, else the config itself; its
-    # _get_and_verify_dtype reads that config's dtype, else torch_dtype (the wrapper's where the text config names none)
-    text_where = f"{path / 'config.json'}" + (": text_config" if text else "")
-    config_dtype, dtype_source = None, f"{text_where} dtype/torch_dtype"
-    for where, label in ((text, text_where), (config, str(path / "config.json"))):
-        dtype_key = next((k for k in ("dtype", "torch_dtype") if isinstance(where.get(k), str)), None)
-        if where and dtype_key:
-            config_dtype, dtype_source = where[dtype_key], f"{label} {dtype_key}"
-            break
     return ModelFacts(
         path=str(path),
         architectures=list(archs),
@@ -562,12 +553,23 @@ def read_model_dir(directory: str | Path, option: str = "--model") -> ModelFacts
         total_size_source=size_source,
         auto_map_modules=modules,
         auto_map_missing=missing,
-        config_dtype=config_dtype,
-        dtype_source=dtype_source,
-        text_config=dict(text or config),
-        text_config_source=text_where,
         file_names=sorted(names),
+        **_text_config_facts(path, config, text),
     )
+
+
+def _text_config_facts(path: Path, config: Mapping[str, Any], text: Mapping[str, Any]) -> dict[str, Any]:
+    """What the invariants read from SGLang's hf_text_config (get_hf_text_config: a wrapper's text_config, else the
+    config itself): the config and where it is, and the dtype its _get_and_verify_dtype reads (that config's dtype,
+    else torch_dtype; the wrapper's where the text config names none)."""
+    text_where = f"{path / 'config.json'}" + (": text_config" if text else "")
+    facts = {"config_dtype": None, "dtype_source": f"{text_where} dtype/torch_dtype", "text_config": dict(text or config)}
+    for where, label in ((text, text_where), (config, str(path / "config.json"))):
+        dtype_key = next((k for k in ("dtype", "torch_dtype") if isinstance(where.get(k), str)), None)
+        if where and dtype_key:
+            facts.update(config_dtype=where[dtype_key], dtype_source=f"{label} {dtype_key}")
+            break
+    return {**facts, "text_config_source": text_where}
 
 
 @dataclass
@@ -1136,11 +1138,7 @@ def draft_fits_check(ctx: Context) -> Result:
             )
         else:
             right.append(f"auxiliary layers {draft.aux_layer_ids} of {target.num_hidden_layers}")
-    if wrong:
-        return True, "; ".join(wrong)
-    if unknown:
-        return None, "; ".join(unknown)
-    return False, f"the draft fits the target ({', '.join(right)})"
+    return invariants.outcome(wrong, unknown, f"the draft fits the target ({', '.join(right)})")
 
 
 def parallel_gpus_check(ctx: Context) -> Result:
