@@ -2,8 +2,8 @@
 """Benchmark: how long sglang-flags takes to check a flag set with SGLang's own ServerArgs.
 
 Goal (issue 20, item 2): a warm check takes at most 10 s. Three ways of checking, each on the real
-SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the eagle3 profile as shipped and
-the Kimi-shaped config files, new flags each time unless said otherwise (wall clock of the whole
+SGLang 0.5.9 and 0.5.23 with their runtimes (`make sglang-runtime`), the eagle3 profile as shipped (with the
+environment every deploy sets) and the Kimi-shaped config files, new flags each time unless said otherwise (wall clock of the whole
 command, median of RUNS):
 
 - new process: a runtime process imports SGLang for the check (the bytecode and page cache warm
@@ -43,6 +43,14 @@ MODELS = ROOT / "tests" / "data" / "lab-models" / "kimi-k2.5-nvfp4"  # config fi
 DRAFT = ROOT / "tests" / "data" / "models" / "kimi-k2.5-eagle3"
 SERVICE = ROOT / "roles/toolkit_defaults/defaults/main/service.yml"
 STACK = ROOT / "roles/toolkit_defaults/defaults/main/stack.yml"
+LAUNCH_DEFAULTS = ROOT / "roles/sglang_launch/defaults/main.yml"
+
+
+def shipped_env() -> list[str]:
+    """The server environment every deploy sets (sglang_launch_base_env), as --env arguments: the gate reads it
+    (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lets the Kimi draft take the target's context length)."""
+    base = yaml.safe_load(LAUNCH_DEFAULTS.read_text(encoding="utf-8"))["sglang_launch_base_env"]
+    return [arg for key, value in base.items() for arg in ("--env", f"{key}={value}")]
 
 
 def shipped_profile(version: str) -> list[str]:
@@ -68,7 +76,7 @@ def check(version: str, cache: Path, tokens: int, warm: float = 0) -> tuple[floa
         str(BIN / "sglang-flags"), "--sglang", str(CACHE / "sglang" / version),
         "--python", str(CACHE / "sglang-runtime" / version / "venv" / "bin" / "python"),
         "--model-class", "KimiK25ForConditionalGeneration", "--model", str(MODELS), "--draft-model", str(DRAFT),
-        "--warm", str(warm), "--", *shipped_profile(version), "--speculative-num-draft-tokens", str(tokens),
+        "--warm", str(warm), *shipped_env(), "--", *shipped_profile(version), "--speculative-num-draft-tokens", str(tokens),
     ]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "SGLANG_TOOLKIT_CACHE": str(cache)}, check=False)
