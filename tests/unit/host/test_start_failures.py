@@ -369,6 +369,11 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--quantization", "modelopt_fp4"], model=model, release=release), "ok"),
             "outside": None,
         },
+        "backend-refuses-capability-or-kv-dtype": {
+            "hit": (dict(argv=["--attention-backend", "trtllm_mha"], model=llama, release=release), "refused"),
+            "miss": (dict(argv=["--attention-backend", "triton"], model=llama, release=release), "ok"),
+            "outside": None,  # every release: each rule has its own range (a release before 0.5.9 has none)
+        },
         "draft-architecture-unknown": {
             "hit": (dict(argv=EAGLE, draft=odd, registry=registry), "refused"),
             "miss": (dict(argv=EAGLE, draft=draft, registry=registry), "ok"),
@@ -640,7 +645,7 @@ def test_upstream_recipe_with_kimi_fixtures(version: str, kimi: Path, host8: Hos
     explicit = [evaluate_entry(e, context(aliases, [*argv, *additions], **kw)) for e in ENTRIES.values()]
     # the generic invariants decide the production profile on the real Kimi configs: each ok, none unknown
     generic = ("draft-dtype-differs-from-target", "draft-context-longer-than-draft", "draft-not-an-eagle3-class")
-    generic += ("quantization-flag-not-backed-by-checkpoint",)
+    generic += ("quantization-flag-not-backed-by-checkpoint", "backend-refuses-capability-or-kv-dtype")
     assert {v.id: v.verdict for v in explicit if v.id in generic} == dict.fromkeys(generic, "ok"), [
         v.text() for v in explicit if v.id in generic
     ]

@@ -15,7 +15,18 @@ import pytest
 
 from conftest import CACHE, DATA
 from sglang_sm120.launch.flags import _lookup, release_flag_table
-from sglang_sm120.launch.invariants import ENV_FALSE, ENV_TRUE, STR_DTYPES, eagle3_capable, read_release_data
+from sglang_sm120.launch.invariants import (
+    BACKEND_RULE_FILES,
+    BACKEND_RULES,
+    CAPABILITY_PREDICATES,
+    ENV_FALSE,
+    ENV_TRUE,
+    STR_DTYPES,
+    _in_releases,
+    backend_rule_lines,
+    eagle3_capable,
+    read_release_data,
+)
 from sglang_sm120.launch.start_failures import Context, evaluate_entry, parse_argv, read_host_facts, read_model_dir
 from sglang_sm120_controller.toolkit_data import load_catalogue
 
@@ -263,3 +274,159 @@ def test_the_eagle3_class_reader_agrees_with_a_full_parse_of_every_release(versi
     assert data is not None and data.eagle3_classes is not None
     assert data.eagle3_classes == _parsed_eagle3_classes(sglang)
     assert "LlamaForCausalLMEagle3" in data.eagle3_classes
+
+
+# --- the attention backends against the capability and KV dtype the release accepts ------------------------------
+
+HOST8 = DATA / "start-failures" / "host-8x-rtx-pro-6000.json"
+BACKEND_ENTRY = "backend-refuses-capability-or-kv-dtype"
+
+
+def backend(release: dict[str, Any], argv: list[str], *, model: Path | None = KIMI, capability: str | None = "host") -> Any:
+    """The backend entry on the 8x RTX PRO 6000 host facts, with the capability they give (12.0) unless one is named."""
+    host = read_host_facts(HOST8)
+    ctx = Context(
+        flags=parse_argv(argv, release["aliases"]),
+        env={},
+        version=release["version"],
+        capability=host.capability if capability == "host" else capability,
+        model=read_model_dir(model) if model else None,
+        host=host,
+        aliases=release["aliases"],
+        release=release["data"],
+    )
+    return evaluate_entry(ENTRIES[BACKEND_ENTRY], ctx)
+
+
+def test_the_host_facts_give_sm120() -> None:
+    assert read_host_facts(HOST8).capability == "12.0"
+
+
+def test_fa3_is_refused_on_sm120_and_passes_where_its_registry_accepts_it(release: dict[str, Any]) -> None:
+    refused_naming(
+        backend(release, ["--attention-backend", "fa3"], model=LLAMA),
+        "--attention-backend fa3: compute capability 12.0, SGLang accepts majors 9, 8",
+        "srt/layers/attention/attention_registry.py:",
+    )
+    assert backend(release, ["--attention-backend", "fa3"], model=LLAMA, capability="9.0").verdict == "ok"
+    assert backend(release, ["--attention-backend", "fa3"], model=LLAMA, capability="8.9").verdict == "ok"
+    # SM8x only for a non-MLA model: the MLA Kimi is refused there
+    refused_naming(backend(release, ["--attention-backend", "fa3"], capability="8.9"), "SGLang accepts majors 9 (")
+    # the capability unknown: unknown, never ok
+    assert backend(release, ["--attention-backend", "fa3"], model=LLAMA, capability=None).verdict == "unknown"
+
+
+def test_trtllm_mla_takes_sm120_but_not_every_kv_dtype(release: dict[str, Any]) -> None:
+    """is_blackwell_supported takes majors 10-12 (the kernel's own failure at the first prefill is trtllm-mla-on-sm120);
+    its KV-dtype list says bf16, not bfloat16."""
+    hit = backend(release, ["--attention-backend", "trtllm_mla", "--kv-cache-dtype", "bfloat16"])
+    refused_naming(
+        hit, "--attention-backend trtllm_mla with --kv-cache-dtype bfloat16: SGLang accepts fp8_e4m3", "raise unless kv_cache_dtype in"
+    )
+    where = "srt/server_args.py:1891" if release["version"] == "0.5.9" else "srt/arg_groups/overrides.py:1216"
+    assert where in hit.text(), hit.text()
+    ok = backend(release, ["--decode-attention-backend", "trtllm_mla", "--kv-cache-dtype", "bf16"])
+    assert ok.verdict == "ok" and "compute capability 12.0 accepted" in ok.text(), ok.text()
+    # fp4_e2m1 is accepted up to 0.5.20 only
+    fp4 = backend(release, ["--attention-backend", "trtllm_mla", "--kv-cache-dtype", "fp4_e2m1"])
+    assert fp4.verdict == ("ok" if release["version"] == "0.5.9" else "refused"), fp4.text()
+
+
+def test_trtllm_mha_by_role_and_release(release: dict[str, Any]) -> None:
+    if release["version"] == "0.5.9":  # every role needs SM100
+        refused_naming(backend(release, ["--decode-attention-backend", "trtllm_mha"], model=LLAMA), "SGLang accepts majors 10 (")
+        assert backend(release, ["--attention-backend", "trtllm_mha"], model=LLAMA, capability="10.0").verdict == "ok"
+        return
+    # 0.5.23: SM120 for prefill and decode, but its FMHAv2 prefill refuses an fp8_e4m3 KV cache
+    assert backend(release, ["--decode-attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"], model=LLAMA).verdict == "ok"
+    refused_naming(
+        backend(release, ["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"], model=LLAMA),
+        "--attention-backend trtllm_mha with --kv-cache-dtype fp8_e4m3 on compute capability 12.0: SGLang refuses it",
+        "srt/arg_groups/attention_hook.py:219",
+    )
+    assert backend(release, ["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "bf16"], model=LLAMA).verdict == "ok"
+    # a prefill backend of its own: --attention-backend no longer names the prefill's
+    split = ["--attention-backend", "trtllm_mha", "--prefill-attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3"]
+    assert backend(release, split, model=LLAMA).verdict == "ok"
+
+
+def test_cutedsl_mla_needs_sm100_where_the_release_has_it(release: dict[str, Any]) -> None:
+    argv = ["--decode-attention-backend", "cutedsl_mla", "--kv-cache-dtype", "fp8_e4m3"]
+    if release["version"] == "0.5.9":
+        assert backend(release, argv).verdict == "ok"  # no such rule before 0.5.13
+    else:
+        refused_naming(backend(release, argv), "--decode-attention-backend cutedsl_mla: compute capability 12.0, SGLang accepts majors 10")
+        assert backend(release, argv, capability="10.0").verdict == "ok"
+
+
+def test_the_production_backends_pass(release: dict[str, Any]) -> None:
+    for argv in (["--attention-backend", "triton", "--kv-cache-dtype", "bfloat16"], ["--attention-backend", "flashinfer"], []):
+        result = backend(release, argv)
+        assert result.verdict == "ok", result.text()
+
+
+def _backend_condition(text: str, at: int) -> str:
+    """The `if` / `assert` statement whose raise carries the message at `at` (the last one that opens before it)."""
+    window = text[max(0, at - 700) : at]
+    opens = list(re.finditer(r"\n\s*(?:if|assert)\b", window))
+    assert opens, window
+    return window[opens[-1].start() :]
+
+
+PREDICATE = re.compile(r"\b(?:get_platform\(\)\.)?(is_sm90|is_sm100|is_sm120|is_blackwell)(?:_supported)?\b(?:\(\))?")
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_backend_rules_hold_in_every_release(version: str) -> None:
+    """Each rule of BACKEND_RULES is where its range says and tests what the table says; a release that moves a
+    message in or out of a rule's range, or changes the capability predicate or KV-dtype list, fails here."""
+    base = tree(version) / "sglang"
+    texts = {name: (base / name).read_text(encoding="utf-8") if (base / name).is_file() else "" for name in BACKEND_RULE_FILES}
+    common = (base / "srt" / "utils" / "common.py").read_text(encoding="utf-8")
+    for name, majors in CAPABILITY_PREDICATES.items():
+        found = re.search(rf"^{name} = .*?device_capability_majors=\[([\d, ]+)\]", common, re.S | re.M)
+        assert found and tuple(int(m) for m in found.group(1).split(",")) == majors, (version, name)
+    data = read_release_data(tree(version))
+    assert data is not None
+    for rule in BACKEND_RULES:
+        hits = [(name, m) for name, text in texts.items() for m in re.finditer(rule.anchor, text)]
+        applies = _in_releases(version, rule.releases)
+        if not applies:
+            # outside the range the message is gone, or a rule of its own (the same message, another list) covers it
+            assert not hits or any(_in_releases(version, r.releases) for r in BACKEND_RULES if r.anchor == rule.anchor), (version, rule)
+            continue
+        assert len(hits) == 1, (version, rule.anchor, [n for n, _ in hits])
+        name, found = hits[0]
+        text = texts[name]
+        assert data.backend_lines[rule.anchor] == f"{name}:{text.count(chr(10), 0, found.start()) + 1}"
+        cond = _backend_condition(text, found.start())
+        if rule.reads in ("prefill", "decode"):
+            assert f'{rule.reads}_backend == "{rule.backend}"' in cond, (version, cond)
+        if rule.majors is not None and rule.backend == "fa3":
+            # 0.5.9: get_device_capability()[0] == 8 ...; from 0.5.11: major, minor = get_device_capability()
+            window = text[max(0, found.start() - 700) : found.start()]
+            assert re.search(r"major, minor = get_device_capability\(\)|torch\.cuda\.get_device_capability\(\)\[0\] ==", window)
+            capability = re.findall(r"(?:get_device_capability\(\)\[0\]|\bmajor) == (\d+)\)?( and not runner\.use_mla_backend)?", cond)
+            assert {int(m) for m, mha in capability if not mha} == set(rule.majors), (version, cond)
+            assert {int(m) for m, mha in capability if mha} == set(rule.mha_majors), (version, cond)
+        elif rule.majors is not None:
+            names = set(PREDICATE.findall(cond))
+            assert names and "not" in cond, (version, cond)
+            accepted = {m for n in names for m in CAPABILITY_PREDICATES[f"{n}_supported"]}
+            assert accepted == set(rule.majors), (version, rule.anchor, cond)
+        if rule.kv is not None:
+            listed = re.search(r"kv_cache_dtype not in \[([^\]]*)\]", cond)
+            assert listed and tuple(re.findall(r'"(\w+)"', listed.group(1))) == rule.kv, (version, cond)
+        if rule.kv_refused:
+            assert {f"{n}_supported" for n in PREDICATE.findall(cond)} == {"is_sm120_supported"} and rule.refused_on == (12,)
+            assert all(f'kv_cache_dtype == "{kv}"' in cond for kv in rule.kv_refused), (version, cond)
+
+
+def test_the_backend_rules_read_fast() -> None:
+    """What the gate reads for them: four named files, searched once a rule."""
+    import time
+
+    texts = {name: (tree("0.5.23") / "sglang" / name).read_text(encoding="utf-8") for name in BACKEND_RULE_FILES}
+    start = time.perf_counter()
+    lines = backend_rule_lines(texts)
+    assert time.perf_counter() - start < 0.05 and len(lines) == len({r.anchor for r in BACKEND_RULES if _in_releases("0.5.23", r.releases)})

@@ -8,7 +8,9 @@ decided before the load from the flags, the two model configs and the release's 
   reads ``hot_token_id`` on the draft model unguarded);
 - the quantization flags against the checkpoint's own quantization config (``ModelConfig._verify_quantization``'s
   ``compatible_quantization_methods``; a method whose ``get_config_filenames`` names a file needs that file or a
-  ``quantization_config``, ``get_quant_config``'s "Cannot find the config file").
+  ``quantization_config``, ``get_quant_config``'s "Cannot find the config file");
+- every attention backend flag against the compute capability and KV-cache dtype its ServerArgs check or its
+  registry constructor accepts in the release (``BACKEND_RULES``, keyed by release range).
 
 What SGLang itself says is read from the release (a tree or a wheel: ``read_release_data``), not copied here: its
 EAGLE-3 draft classes, its compatible-quantization table, each method's config files, its context-length keys.
@@ -21,7 +23,7 @@ import ast
 import contextlib
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -63,6 +65,8 @@ class ReleaseData:
     compatible_quantization: Optional[dict[str, list[str]]]  # --quantization -> checkpoint quant_methods it accepts
     quant_config_files: dict[str, list[str]]  # method -> its get_config_filenames() (empty: online, no file needed)
     context_length_keys: Optional[list[str]]  # CONTEXT_LENGTH_KEYS, in SGLang's order
+    # BACKEND_RULES anchor -> "srt/arg_groups/overrides.py:1212", where the release raises it (absent: not found)
+    backend_lines: dict[str, str] = field(default_factory=dict)
 
 
 def _package_texts(sglang: str | Path, prefixes: tuple[str, ...]) -> dict[str, str]:
@@ -227,6 +231,182 @@ def quant_config_files(texts: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
+# --- attention backends: the capability and KV-cache dtype each accepts, by release ----------------------------
+
+# SGLang's capability predicates (srt/utils/common.py, _check_cuda_device_version's device_capability_majors, every
+# release 0.5.9-0.5.23; from 0.5.19 ServerArgs asks get_platform().is_sm100 ... which maps to the same functions)
+CAPABILITY_PREDICATES = {
+    "is_sm90_supported": (9,),
+    "is_sm100_supported": (10,),
+    "is_sm120_supported": (12,),
+    "is_blackwell_supported": (10, 11, 12),
+}
+# The files the rules' raises and asserts are in (below the sglang package); the gate reads only these.
+BACKEND_RULE_FILES = (
+    "srt/server_args.py",
+    "srt/arg_groups/overrides.py",
+    "srt/arg_groups/attention_hook.py",
+    "srt/layers/attention/attention_registry.py",
+)
+
+
+@dataclass(frozen=True)
+class BackendRule:
+    """One raise or assert of SGLang about an attention backend: in releases `releases` (both ends included; None: on),
+    a backend named `backend` in the flags `reads` names needs a GPU major in `majors` (None: any; `mha_majors` also
+    for a non-MLA model) and a --kv-cache-dtype in `kv` (None: any), and refuses the dtypes in `kv_refused` on the majors
+    in `refused_on`. `anchor` is a regular expression on the message SGLang raises (the test finds it in every release
+    of the range and in no other); `source` says where it is and what it tests."""
+
+    backend: str
+    reads: str  # "attention-or-decode" (attention_backend or decode_attention_backend is it), "any" of the three flags,
+    # "prefill" (--prefill-attention-backend, else --attention-backend), "decode" (likewise)
+    releases: tuple[str, Optional[str]]
+    anchor: str
+    source: str
+    majors: Optional[tuple[int, ...]] = None
+    mha_majors: tuple[int, ...] = ()
+    kv: Optional[tuple[str, ...]] = None
+    kv_refused: tuple[str, ...] = ()
+    refused_on: tuple[int, ...] = ()
+
+
+BLACKWELL = CAPABILITY_PREDICATES["is_blackwell_supported"]
+SM90_SM100_SM120 = (9, 10, 12)
+BACKEND_RULES = (
+    BackendRule(
+        "fa3",
+        "any",
+        ("0.5.9", None),
+        r"FlashAttention v3 Backend requires SM>=80 and SM<=90",
+        "layers/attention/attention_registry.py create_flashattention_v3_backend: assert capability major 9, or 8 "
+        "for a non-MLA model (when the backend is created, after the load)",
+        majors=(9,),
+        mha_majors=(8,),
+    ),
+    BackendRule(
+        "trtllm_mla",
+        "attention-or-decode",
+        ("0.5.9", None),
+        r"TRTLLM MLA backend is only supported on Blackwell GPUs",
+        "ServerArgs (server_args.py to 0.5.14, arg_groups/overrides.py _mla_kv_cache_dtype_checks from 0.5.15): "
+        "raise unless is_blackwell_supported (majors 10, 11, 12)",
+        majors=BLACKWELL,
+    ),
+    BackendRule(
+        "trtllm_mla",
+        "attention-or-decode",
+        ("0.5.9", "0.5.20"),
+        r"TensorRT-LLM MLA backend only supports kv-cache-dtype",
+        "ServerArgs: raise unless kv_cache_dtype in [fp8_e4m3, fp4_e2m1, bf16, auto]",
+        kv=("fp8_e4m3", "fp4_e2m1", "bf16", "auto"),
+    ),
+    BackendRule(
+        "trtllm_mla",
+        "attention-or-decode",
+        ("0.5.21", None),
+        r"TensorRT-LLM MLA backend only supports kv-cache-dtype",
+        "arg_groups/overrides.py _mla_kv_cache_dtype_checks: raise unless kv_cache_dtype in [fp8_e4m3, bf16, auto]",
+        kv=("fp8_e4m3", "bf16", "auto"),
+    ),
+    BackendRule(
+        "tokenspeed_mla",
+        "attention-or-decode",
+        ("0.5.12", "0.5.22"),
+        r"tokenspeed_mla backend is only supported on Blackwell",
+        "ServerArgs: raise unless is_blackwell_supported (majors 10, 11, 12)",
+        majors=BLACKWELL,
+    ),
+    BackendRule(
+        "tokenspeed_mla",
+        "attention-or-decode",
+        ("0.5.12", "0.5.22"),
+        r"tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3",
+        "ServerArgs: raise unless kv_cache_dtype in [fp8_e4m3]",
+        kv=("fp8_e4m3",),
+    ),
+    BackendRule(
+        "cutedsl_mla",
+        "any",
+        ("0.5.13", None),
+        r"CuteDSL MLA backend is only supported on Blackwell GPUs \(SM100\)",
+        "ServerArgs (server_args.py to 0.5.14, arg_groups/overrides.py _cutedsl_prefill_backend_fill from 0.5.15): "
+        "raise unless is_sm100_supported (major 10)",
+        majors=CAPABILITY_PREDICATES["is_sm100_supported"],
+    ),
+    BackendRule(
+        "cutedsl_mla",
+        "any",
+        ("0.5.13", None),
+        r"CuteDSL MLA backend only supports kv-cache-dtype",
+        "ServerArgs: raise unless kv_cache_dtype in [fp8_e4m3, bf16, bfloat16, auto]",
+        kv=("fp8_e4m3", "bf16", "bfloat16", "auto"),
+    ),
+    BackendRule(
+        "trtllm_mha",
+        "any",
+        ("0.5.9", "0.5.9"),
+        r"TRTLLM MHA backend is only supported on Blackwell GPUs \(SM100\)",
+        "server_args.py _handle_attention_backend_compatibility: raise unless is_sm100_supported (major 10), for "
+        "--attention-backend, --prefill-attention-backend or --decode-attention-backend",
+        majors=CAPABILITY_PREDICATES["is_sm100_supported"],
+    ),
+    BackendRule(
+        "trtllm_mha",
+        "prefill",
+        ("0.5.10", "0.5.18"),
+        r"TRTLLM MHA backend for prefill is only supported on Blackwell GPUs \(SM100\)",
+        "server_args.py _handle_attention_backend_compatibility: the prefill backend raises unless is_sm100_supported (major 10)",
+        majors=CAPABILITY_PREDICATES["is_sm100_supported"],
+    ),
+    BackendRule(
+        "trtllm_mha",
+        "prefill",
+        ("0.5.19", None),
+        r"TRTLLM MHA backend for prefill requires Hopper \(SM90\)",
+        "arg_groups/attention_hook.py: the prefill backend raises unless is_sm90 / is_sm100 / is_sm120 (majors 9, 10, 12)",
+        majors=SM90_SM100_SM120,
+    ),
+    BackendRule(
+        "trtllm_mha",
+        "prefill",
+        ("0.5.19", None),
+        r"TRTLLM FMHAv2 prefill on SM120 does not support",
+        "arg_groups/attention_hook.py: the prefill backend on is_sm120 raises with kv_cache_dtype fp8_e4m3 (or skip-softmax)",
+        kv_refused=("fp8_e4m3",),
+        refused_on=(12,),
+    ),
+    BackendRule(
+        "trtllm_mha",
+        "decode",
+        ("0.5.10", None),
+        r"TRTLLM MHA backend for decode is only supported on Hopper \(SM90\)",
+        "ServerArgs (server_args.py to 0.5.18, arg_groups/attention_hook.py from 0.5.19): the decode backend raises "
+        "unless is_sm90 / is_sm100 / is_sm120 (majors 9, 10, 12)",
+        majors=SM90_SM100_SM120,
+    ),
+)
+
+
+def backend_rule_lines(texts: dict[str, str]) -> dict[str, str]:
+    """Each rule's anchor -> "file:line" of its first match in BACKEND_RULE_FILES (one search a rule a file)."""
+    out: dict[str, str] = {}
+    for rule in BACKEND_RULES:
+        if rule.anchor in out:
+            continue
+        for name in BACKEND_RULE_FILES:
+            found = re.search(rule.anchor, texts.get(name, ""))
+            if found:
+                out[rule.anchor] = f"{name}:{texts[name].count(chr(10), 0, found.start()) + 1}"
+                break
+    return out
+
+
+def _in_releases(version: str, releases: tuple[str, Optional[str]]) -> bool:
+    low, high = releases
+    return _version(low) <= _version(version) and (high is None or _version(version) <= _version(high))
+
+
 @lru_cache(maxsize=8)
 def _read_release_data(sglang: str) -> Optional[ReleaseData]:
     try:
@@ -238,6 +418,7 @@ def _read_release_data(sglang: str) -> Optional[ReleaseData]:
                 "srt/configs/model_config.py",
                 "srt/utils/hf_transformers/common.py",
                 "srt/utils/hf_transformers_utils.py",
+                *BACKEND_RULE_FILES,
             ),
         )
     except (OSError, zipfile.BadZipFile):
@@ -257,6 +438,7 @@ def _read_release_data(sglang: str) -> Optional[ReleaseData]:
         compatible_quantization={str(k): [str(v) for v in vs] for k, vs in compatible.items()} if isinstance(compatible, dict) else None,
         quant_config_files=quant_config_files(texts),
         context_length_keys=[str(k) for k in keys] if isinstance(keys, list) else None,
+        backend_lines=backend_rule_lines(texts),
     )
 
 
@@ -465,4 +647,71 @@ def quantization_backed_check(ctx: Context) -> Result:
             wrong.append(why + ctx.flag_note(name))
         else:
             right.append(f"{option} {value}{ctx.flag_note(name)} backed by {facts.quantization or 'online quantization'}")
+    return outcome(wrong, unknown, "; ".join(right))
+
+
+def _backend_uses(ctx: Context, rule: BackendRule) -> list[tuple[str, str]]:
+    """(the flag as written for the evidence, its note) for each flag by which SGLang's check reads `rule.backend`."""
+    names = {"attention": "attention-backend", "prefill": "prefill-attention-backend", "decode": "decode-attention-backend"}
+    values = {role: ctx.flag(name) for role, name in names.items()}
+
+    def named(role: str) -> bool:
+        given, value = values[role]
+        return given and str(value) == rule.backend
+
+    if rule.reads in ("prefill", "decode"):  # SGLang's get_attention_backends: the role's own flag, else --attention-backend
+        role = rule.reads if values[rule.reads][0] else "attention"
+        roles = [role] if named(role) else []
+    else:
+        roles = [r for r in (("attention", "decode") if rule.reads == "attention-or-decode" else names) if named(r)]
+    return [(f"--{names[r]} {rule.backend}", ctx.flag_note(names[r])) for r in roles]
+
+
+def backend_capability_check(ctx: Context) -> Result:
+    """True when an attention backend flag names a backend whose ServerArgs check or registry constructor, in this
+    release (BACKEND_RULES), refuses the GPUs' compute capability or the --kv-cache-dtype: the table's rule, the
+    release's source line and what it tests are the evidence."""
+    if ctx.version is None:
+        return None, "SGLang version unknown: which backend rules apply is unknown"
+    given, kv_raw = ctx.flag("kv-cache-dtype")
+    kv = str(kv_raw) if given and kv_raw is not True else "auto"
+    kv_text = f"--kv-cache-dtype {kv}{ctx.flag_note('kv-cache-dtype')}" if given else "--kv-cache-dtype auto (not given)"
+    major = int(ctx.capability.split(".")[0]) if ctx.capability else None
+    cap_text = f"compute capability {ctx.capability}"
+    lines = ctx.release.backend_lines if ctx.release is not None else {}
+    wrong: list[str] = []
+    unknown: list[str] = []
+    right: list[str] = []
+    for rule in BACKEND_RULES:
+        if not _in_releases(ctx.version, rule.releases):
+            continue
+        for flag, note in _backend_uses(ctx, rule):
+            where = f"SGLang {ctx.version} {lines.get(rule.anchor, '(source line not read)')}: {rule.source}"
+            head = f"{flag}{note}"
+            if rule.majors is not None:
+                accepted = rule.majors + (rule.mha_majors if ctx.model is not None and not ctx.model.is_mla else ())
+                if major is None:
+                    unknown.append(f"{head}: GPU compute capability unknown ({where})")
+                elif major in rule.mha_majors and ctx.model is None:
+                    unknown.append(f"{head}: {cap_text} is accepted only for a non-MLA model and no --model directory is given ({where})")
+                elif major not in accepted:
+                    wrong.append(f"{head}: {cap_text}, SGLang accepts majors {', '.join(map(str, accepted))} ({where})")
+                else:
+                    right.append(f"{head}: {cap_text} accepted ({where})")
+            if rule.kv is not None:
+                if kv not in rule.kv:
+                    wrong.append(f"{head} with {kv_text}: SGLang accepts {', '.join(rule.kv)} ({where})")
+                else:
+                    right.append(f"{head} with {kv_text} accepted ({where})")
+            if rule.kv_refused:
+                if kv not in rule.kv_refused:
+                    right.append(f"{head} with {kv_text} ({where})")
+                elif major is None:
+                    unknown.append(f"{head} with {kv_text}: GPU compute capability unknown ({where})")
+                elif major in rule.refused_on:
+                    wrong.append(f"{head} with {kv_text} on {cap_text}: SGLang refuses it ({where})")
+                else:
+                    right.append(f"{head} with {kv_text} on {cap_text} ({where})")
+    if not (wrong or unknown or right):
+        return False, f"no attention backend flag names a backend with a capability or KV-dtype rule in SGLang {ctx.version}"
     return outcome(wrong, unknown, "; ".join(right))

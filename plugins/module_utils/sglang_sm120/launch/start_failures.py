@@ -126,12 +126,14 @@ CHECKS = (
     "draft_context",
     "eagle3_architecture",
     "quantization_backed",
+    "backend_capability",
 )
 INVARIANT_CHECKS = {
     "draft_dtype": invariants.draft_dtype_check,
     "draft_context": invariants.draft_context_check,
     "eagle3_architecture": invariants.eagle3_architecture_check,
     "quantization_backed": invariants.quantization_backed_check,
+    "backend_capability": invariants.backend_capability_check,
 }
 # Keys of a host-facts file: the preflight module's result (plugins/modules/sglang_preflight.py: gpus and
 # the facts of plugins/module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
