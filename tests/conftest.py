@@ -60,6 +60,14 @@ def cuobjdump() -> Path:
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE", ROOT / ".cache"))
 
 
+def unpacked_sglang(version: str) -> Path:
+    """The directory holding the real SGLang `version`'s unpacked package (`make sglang-wheels`)."""
+    path = CACHE / "sglang" / version
+    if not (path / "sglang").is_dir():
+        pytest.fail(f"no unpacked SGLang {version} at {path}: run `make sglang-wheels` first")
+    return path
+
+
 @pytest.fixture(scope="session")
 def promtool() -> Path:
     """Debian's real promtool (`make promtool` unpacks it: scripts/monitoring-debs.sh)."""

@@ -7,12 +7,10 @@ a change that loses a catch fails here, and so does one that gains a catch the f
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-from conftest import CACHE, DATA
+from conftest import DATA, unpacked_sglang
 from sglang_sm120.launch.flags import _lookup, release_flag_table
 from sglang_sm120.launch.start_failures import Context, evaluate, parse_argv, read_model_dir
 from sglang_sm120_controller.toolkit_data import load_catalogue
@@ -21,11 +19,7 @@ HELD_OUT = DATA / "start-failures" / "held-out.yml"
 KIMI = DATA / "models" / "kimi-k2.5-nvfp4"
 
 
-def tree(version: str) -> Path:
-    path = CACHE / "sglang" / version
-    if not (path / "sglang").is_dir():
-        pytest.fail(f"no unpacked SGLang {version} at {path}: run `make sglang-wheels` first")
-    return path
+tree = unpacked_sglang
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import BIN, CACHE, DATA, ROOT
+from conftest import BIN, CACHE, DATA, ROOT, unpacked_sglang
 from sglang_sm120.host.nvidia_smi import parse_query_output
 from sglang_sm120.launch.flags import _lookup, release_flag_table
 from sglang_sm120.launch.invariants import read_release_data
@@ -56,11 +56,7 @@ ENTRIES = {e.id: e for e in load_catalogue() if not e.run_time_only}
 RUN_TIME_ONLY = {e.id: e for e in load_catalogue() if e.run_time_only}
 
 
-def tree(version: str) -> Path:
-    path = CACHE / "sglang" / version
-    if not (path / "sglang").is_dir():
-        pytest.fail(f"no unpacked SGLang {version} at {path}: run `make sglang-wheels` first")
-    return path
+tree = unpacked_sglang
 
 
 @pytest.fixture(scope="module")

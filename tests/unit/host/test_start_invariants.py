@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CACHE, DATA
+from conftest import CACHE, DATA, unpacked_sglang
 from sglang_sm120.launch.flags import _lookup, release_flag_table
 from sglang_sm120.launch.invariants import (
     BACKEND_RULE_FILES,
@@ -39,11 +39,7 @@ ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 ALLOW = {ENV: "1"}
 
 
-def tree(version: str) -> Path:
-    path = CACHE / "sglang" / version
-    if not (path / "sglang").is_dir():
-        pytest.fail(f"no unpacked SGLang {version} at {path}: run `make sglang-wheels` first")
-    return path
+tree = unpacked_sglang
 
 
 @pytest.fixture(scope="module", params=["0.5.9", "0.5.23"])
