@@ -173,11 +173,17 @@ def test_an_sglang_that_does_not_import_in_the_release_venv_fails_the_plan(tmp_p
 
 def test_the_module_fails_with_sglangs_own_refusal_through_ansible(release: Release) -> None:
     """plugins/modules/sglang_launch_verify.py through real Ansible (its checker runs from the module's zip):
-    --attention-backend trtllm_mha passes the typed check and SGLang 0.5.9 refuses it on capability 12."""
+    SGLang 0.5.9 refuses --attention-backend trtllm_mha on capability 12. The start gate refuses it already when the
+    plan is made (backend-refuses-capability-or-kv-dtype); the plan checked here is made without that entry, so that
+    SGLang's own refusal in the release's venv is what stops it."""
     from test_modules import run_module
 
+    entry = "backend-refuses-capability-or-kv-dtype"
+    with pytest.raises(LaunchPlanError, match=rf"refused: \[{entry}\] .*--attention-backend trtllm_mha: compute capability 12\.0"):
+        plan(extra_flags={"attention-backend": "trtllm_mha"})
     files = {path: {f.name: f.read_text() for f in sorted(Path(directory).iterdir())} for path, directory in MODEL_DIRS.items()}
-    typed = plan(extra_flags={"attention-backend": "trtllm_mha"})
+    without = {**CATALOGUE, "entries": [e for e in CATALOGUE["entries"] if e["id"] != entry]}
+    typed = plan(extra_flags={"attention-backend": "trtllm_mha"}, catalogue=without)
     args = dict(
         plan=typed.to_dict(),
         venv=str(release.venv),
