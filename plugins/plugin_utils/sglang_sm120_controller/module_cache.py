@@ -30,6 +30,8 @@ import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from sglang_sm120.errors import ToolkitError
+
 # Payload names in Ansible's per-run cache: <module fqn>-<compression>-<extensions>.
 KEPT_PREFIXES = ("ansible_collections.", "ansible.modules.")
 SOURCE_SUFFIXES = (".py", ".ps1", ".psm1", ".cs")
@@ -37,7 +39,7 @@ SOURCE_SUFFIXES = (".py", ".ps1", ".psm1", ".cs")
 KEEP = 4
 
 
-class StoreError(Exception):
+class StoreError(ToolkitError):
     """The store cannot be used safely; the message says why (the run builds its modules as usual)."""
 
 
