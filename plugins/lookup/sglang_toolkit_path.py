@@ -13,7 +13,8 @@ description:
     start-failure catalogue (role sglang_launch), C(bench_client) the benchmark client the host runs
     (the host package's serve/bench_client.py), C(tokenizer) the canary's tokenizer (role sglang_canary),
     C(prompts) the benchmark's prompts (role sglang_benchmark), C(cache) the controller's download cache
-    (C($SGLANG_TOOLKIT_CACHE), else C(.cache) in the collection's directory).
+    (C($SGLANG_TOOLKIT_CACHE), else C(.cache) in the collection's directory), C(locks) the directory of the
+    locks of each SGLang release's Python closure (role toolkit_defaults, C(scripts/lock_release.py)).
 options:
   _terms:
     description: Names of files.

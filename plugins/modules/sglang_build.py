@@ -32,6 +32,10 @@ description:
     the expected libcudart major. GPU code is read with cuobjdump (O(cuobjdump), else
     O(cuda_home)/bin/cuobjdump) or, without one, the built-in ELF/fatbin reader; the record names
     which. A failure removes the work directory and fails with the log's tail.
+  - An item with a C(lock) (a C(wheel) source with its dependencies) downloads under the lock's pins, and before
+    it is cached every wheel in the download must be one the lock allows (name, version, sha256), but for the
+    distributions of the artifacts it depends on; a wheel that is not fails the build naming it, what the lock
+    says, what was found and the lock file (plugins/module_utils/sglang_sm120/build/closure_lock.py).
 options:
   item:
     description: One entry of sglang_build_plan's C(plan); required unless O(state=cached).

@@ -10,8 +10,9 @@ description:
   - Thin wrapper around plugins/module_utils/sglang_sm120/build/pipeline.py. Every spec is checked before anything is
     built; an unknown field or a missing source fails naming the artifact.
   - A key is the sha256 of the artifact's inputs (including the content of controller-side
-    sources) and of the keys of what it depends on. It runs on the controller, where C(path) and
-    C(wheelhouse) sources live. The toolkit's action plugin (plugins/action/sglang_build_plan.py) runs
+    sources and of a C(lock) file's pins) and of the keys of what it depends on. It runs on the controller,
+    where C(path) and C(wheelhouse) sources and C(lock) files live; a C(lock) file that is missing or does not
+    parse fails naming it. The toolkit's action plugin (plugins/action/sglang_build_plan.py) runs
     the same step in the controller's own process; without it, delegate the module to localhost.
     Changes nothing.
 options:
@@ -66,6 +67,8 @@ plan:
     kind: {description: How the artifact is made., type: str, sample: source}
     depends_on: {description: Names of the artifacts it depends on., type: list, elements: str, sample: [torch]}
     spec: {description: The validated build spec., type: dict, sample: {name: torch, kind: source, cuda_arch: "12.0"}}
+    lock: {description: "The spec's lock file as read on the controller (file, text, digest of its pins), null without one.", type: dict,
+           sample: {file: roles/toolkit_defaults/files/locks/sglang-0.5.9.txt, text: "fastapi==0.115.6 --hash=sha256:...", digest: 9f2c}}
 """
 
 from ansible.module_utils.basic import AnsibleModule

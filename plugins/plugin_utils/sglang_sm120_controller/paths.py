@@ -27,6 +27,8 @@ MANIFEST = PATCHES / "manifest.yml"
 TOKENIZER = ROLES / "sglang_canary" / "files" / "tokenizer"
 PROMPTS = ROLES / "sglang_benchmark" / "files" / "prompts.json"
 RELEASE_DEFAULTS = ROLES / "sglang_release" / "defaults" / "main.yml"
+# The locks of each SGLang release's Python closure (scripts/lock_release.py writes them, build.yml's sglang spec reads them).
+LOCKS = ROLES / "toolkit_defaults" / "files" / "locks"
 # Downloads and scratch on the controller: $SGLANG_TOOLKIT_CACHE (the Makefile sets it), else .cache here.
 CACHE = Path(os.environ.get("SGLANG_TOOLKIT_CACHE") or COLLECTION / ".cache")
 BENCH_CLIENT = COLLECTION / "plugins" / "module_utils" / "sglang_sm120" / "serve" / "bench_client.py"
@@ -42,4 +44,5 @@ def named() -> dict[str, Path]:
         "tokenizer": TOKENIZER,
         "prompts": PROMPTS,
         "cache": CACHE,
+        "locks": LOCKS,
     }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import PurePath
 from typing import Any, Optional
 
 from .pipeline import derive_jobs
@@ -169,6 +170,15 @@ def build_plan_lines(
             lines.append(f"{item['name']}: {source}")
             if guess:
                 low, high = low + float(guess[0]), high + float(guess[1])
+        elif item.get("lock"):
+            locked = PurePath(str(item["lock"].get("file", "?"))).name
+            lines.append(
+                f"{item['name']}: fetched ({item.get('kind', '?')} source, its closure held to the lock {locked}), verified as a build"
+            )
+        elif spec.get("source", {}).get("with_deps"):
+            lines.append(
+                f"{item['name']}: fetched ({item.get('kind', '?')} source, its closure NOT locked: no lock file), verified as a build"
+            )
         else:
             lines.append(f"{item['name']}: fetched ({item.get('kind', '?')} source), verified as a build")
     return lines, [low, high]

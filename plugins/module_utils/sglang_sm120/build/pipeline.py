@@ -46,6 +46,7 @@ from typing import Any, Optional
 from ..errors import ToolkitError
 from ..files import file_sha256
 from ..host.cuda_toolkit import cudart_major, elf_needed
+from .closure_lock import ClosureLockError, LockFileError, canonical_version, check_wheels, constraints_text, exact_pins, parse_lock
 
 KEY_SCHEMA = 2  # 2: dependency installs resolve their requirements, build_requires, local versions, prebuilt
 SPEC_FIELDS = {
@@ -78,6 +79,12 @@ SPEC_FIELDS = {
         "lookup sglang_artifact_choices, which makes it `prebuilt` when it fits and removes this field; ignored here"
     ),
     "optional": "true: left out when neither `index` nor `prebuilt` yields a wheel (sglang_artifact_choices); ignored here",
+    "lock": (
+        "for a `wheel` source with with_deps: the controller path of the lock of its closure (pip's hash-checking format, "
+        "build/closure_lock.py), read and keyed by the plan; the download takes its pins as constraints and a downloaded "
+        "wheel it does not allow (name, version, sha256) fails the build. The depends_on artifacts' own wheels are exempt. "
+        "null or absent: the closure floats to what the index serves"
+    ),
 }
 SOURCE_KINDS = {
     "git": "clone `git` at `ref` (a tag or commit) with submodules, then run `build`",
@@ -132,6 +139,7 @@ class Planned:
     spec: dict[str, Any]
     controller_files: list[str] = field(default_factory=list)
     prebuilt_files: list[str] = field(default_factory=list)
+    lock: Optional[dict[str, str]] = None  # the spec's lock as read on the controller: {file, text, digest}
 
     @property
     def short(self) -> str:
@@ -282,6 +290,15 @@ def validate_spec(spec: Any, index: int) -> dict[str, Any]:
     for key in ("mem_per_job_gib", "timeout_minutes"):
         if key in spec:
             _need(isinstance(spec[key], (int, float)) and spec[key] > 0, name, f"`{key}` must be a positive number")
+    lock = spec.get("lock")
+    if lock is not None:
+        _need(isinstance(lock, str) and bool(lock.strip()), name, f"`lock` must be a lock file's path on the controller, found {lock!r}")
+        _need(
+            kind == "wheel" and bool(source.get("with_deps")),
+            name,
+            f"`lock` locks the dependency closure of a `wheel` source with with_deps: true, found a {kind} source"
+            + ("" if kind != "wheel" else " without with_deps"),
+        )
     out = dict(spec)
     out.setdefault("package", name)
     out.setdefault("depends_on", [])
@@ -344,11 +361,47 @@ def _key_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The spec as it enters the key: without what only tunes a build, and without where the controller
     keeps its files (a source tree, a wheelhouse, a prebuilt shelf): their content is keyed instead
     (_controller_inputs, prebuilt_inputs), so the same files under another checkout keep the key."""
-    keyed = {k: v for k, v in spec.items() if k not in ("jobs_env", "mem_per_job_gib", "timeout_minutes", "install")}
+    keyed = {k: v for k, v in spec.items() if k not in ("jobs_env", "mem_per_job_gib", "timeout_minutes", "install", "lock")}
     keyed["source"] = {k: v for k, v in spec["source"].items() if k not in ("path", "wheelhouse")}
     if isinstance(spec.get("prebuilt"), Mapping):
         keyed["prebuilt"] = {k: v for k, v in spec["prebuilt"].items() if k != "wheelhouse"}
     return keyed
+
+
+def read_lock(spec: Mapping[str, Any]) -> Optional[dict[str, str]]:
+    """The spec's lock file, read on the controller: {file, text, digest} (the digest of its pins enters the key), None
+    without `lock`. BuildSpecError when the file is missing (saying how to write it), does not parse, or does not pin
+    the version of the spec's own requirement."""
+    path = spec.get("lock")
+    if not path:
+        return None
+    name = spec["name"]
+    requirement = str(spec["source"]["wheel"])
+    exact = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;,]+)\s*", requirement)
+    version = exact.group(2) if exact else "VERSION"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BuildSpecError(
+            f"build spec {name!r}: its lock file {path} does not exist on the controller, so the closure of {requirement} is not "
+            f'locked. Write it with `scripts/lock_release.py {version}` and review it (docs/operations.md, "Locked Python '
+            "closures\"), or download the closure unlocked: leave `lock` out (the toolkit's sglang spec: sglang_build_require_lock: false)"
+        ) from None
+    except OSError as exc:
+        raise BuildSpecError(f"build spec {name!r}: cannot read its lock file {path}: {exc.strerror or exc}") from None
+    try:
+        lock = parse_lock(text, str(path))
+    except LockFileError as exc:
+        raise BuildSpecError(f"build spec {name!r}: {exc}") from None
+    if exact:
+        own = lock.pins_of(exact.group(1))
+        _need(
+            bool(own) and all(canonical_version(p.version) == canonical_version(version) for p in own),
+            name,
+            f"its lock file {path} pins {', '.join(p.requirement() for p in own) or f'no {exact.group(1)}'}, "
+            f"the spec downloads {requirement}: the lock of another release?",
+        )
+    return {"file": str(path), "text": text, "digest": lock.digest()}
 
 
 def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
@@ -386,6 +439,9 @@ def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
         extra, files = _controller_inputs(spec)
         prebuilt_extra, prebuilt_files = prebuilt_inputs(spec)
         extra = {**extra, **prebuilt_extra}
+        lock = read_lock(spec)
+        if lock is not None:
+            extra["lock"] = lock["digest"]
         key_input = {
             "schema": KEY_SCHEMA,
             "spec": _key_spec(spec),
@@ -395,7 +451,7 @@ def plan(specs: Sequence[Any], context: Mapping[str, Any]) -> list[Planned]:
         }
         keys[name] = hashlib.sha256(json.dumps(key_input, sort_keys=True).encode()).hexdigest()
         kind = next(k for k in SOURCE_KINDS if k in spec["source"])
-        planned.append(Planned(name, spec["package"], keys[name], kind, list(spec["depends_on"]), spec, files, prebuilt_files))
+        planned.append(Planned(name, spec["package"], keys[name], kind, list(spec["depends_on"]), spec, files, prebuilt_files, lock))
     return planned
 
 
@@ -772,6 +828,23 @@ def _dependency_wheels(dep_dirs: Mapping[str, str]) -> tuple[list[str], list[str
     return files, sorted(set(pins))
 
 
+def lock_held(dep_dirs: Mapping[str, str]) -> dict[str, str]:
+    """What the dependencies' own wheels pin exactly themselves (torch 2.9.1+cu130: its CUDA-13 nvidia-* packages),
+    name -> version, from their METADATA: a download of those is held by the artifact's pin, not the lock's."""
+    held: dict[str, str] = {}
+    for wheel in _dependency_wheels(dep_dirs)[0]:
+        with contextlib.suppress(OSError, zipfile.BadZipFile, KeyError, StopIteration), zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+            held.update(exact_pins(archive.read(name).decode("utf-8", "replace")))
+    return held
+
+
+def lock_exempt(dep_dirs: Mapping[str, str]) -> list[str]:
+    """The distributions a lock does not hold the download to: those of the dependencies' own wheels (torch 2.9.1+cu130
+    from its wheelhouse, under its own exact pin in constraints.txt), by normalized name."""
+    return sorted({normalize(wheel_name_version(f)[0]) for f in _dependency_wheels(dep_dirs)[0]})
+
+
 def dependency_install(venv_pip: str, dep_dirs: Mapping[str, str], pip_args: Sequence[str], constraints: str) -> list[str]:
     """The commands that install the dependencies' verified wheels, then their own requirements.
 
@@ -884,6 +957,13 @@ def build_script(item: Mapping[str, Any], place: Workspace) -> str:
     elif "wheel" in source:
         deps = [] if source.get("with_deps") else ["--no-deps"]
         links = [f"--find-links {_q(d)}" for d in dep_dirs.values()]
+        locked = []
+        if item.get("lock"):
+            # the lock's pins (not its hashes: wait() checks those on the files), less the dependencies' own distributions
+            lock_file = str(work / "lock-constraints.txt")
+            pins = constraints_text(parse_lock(item["lock"]["text"], item["lock"]["file"]), lock_exempt(dep_dirs))
+            lines.append(f"printf '%s' {_q(pins)} > {_q(lock_file)}")
+            locked = [f"-c {_q(lock_file)}"]
         lines.append(
             " ".join(
                 [
@@ -891,6 +971,7 @@ def build_script(item: Mapping[str, Any], place: Workspace) -> str:
                     *deps,
                     *links,
                     f"-c {_q(constraints)}",
+                    *locked,
                     '--only-binary :all: -d "$WHEEL_DIR"',
                     *map(_q, index),
                     _q(source["wheel"]),
@@ -966,7 +1047,8 @@ def start(item: Mapping[str, Any], place: Workspace, check: bool = False) -> dic
             script.write_text(prebuilt_script(item, place), encoding="utf-8")
             script.chmod(0o755)
             phase = "prebuilt"
-        job = _launch(work, script, log, key, phase, item["spec"].get("timeout_minutes", 600))
+        extra = {"lock_exempt": lock_exempt(place.dep_dirs), "lock_held": lock_held(place.dep_dirs)} if item.get("lock") else {}
+        job = _launch(work, script, log, key, phase, item["spec"].get("timeout_minutes", 600), **extra)
     return {"status": "started", "changed": True, "log": str(log), "started": job["started"], "pid": job["pid"], "phase": phase}
 
 
@@ -1144,9 +1226,10 @@ def wait(
             problem = "it left no wheel in $WHEEL_DIR"
         else:
             try:
+                check_lock(item, wheels, job)
                 check_local_version(wheels, item["spec"].get("local_version"))
                 evidence = verify_wheels(wheels, item["spec"]["verify"], cuobjdump)
-            except BuildError as exc:
+            except (BuildError, ClosureLockError) as exc:
                 problem = str(exc)
         if problem is None:
             break
@@ -1184,6 +1267,13 @@ def wait(
     }
     if job.get("prebuilt_rejected"):
         record["prebuilt_rejected"] = job["prebuilt_rejected"]
+    if item.get("lock"):
+        record["lock"] = {
+            "file": item["lock"]["file"],
+            "digest": item["lock"]["digest"],
+            "exempt": list(job.get("lock_exempt", [])),
+            "held": dict(job.get("lock_held", {})),
+        }
     if phase == "prebuilt" and isinstance(spec.get("prebuilt"), Mapping) and spec["prebuilt"].get("origin"):
         record["prebuilt_origin"] = spec["prebuilt"]["origin"]
     record["installs"] = own_wheels(record)
@@ -1195,6 +1285,20 @@ def wait(
     os.rename(out, final)
     _discard(work)
     return {"done": True, "status": "built", "artifact": record}
+
+
+def check_lock(item: Mapping[str, Any], wheels: Sequence[Path], job: Mapping[str, Any]) -> None:
+    """A locked download (the item's `lock`): every wheel in $WHEEL_DIR is one the lock allows, but for the
+    distributions of the dependencies' own wheels (job.json's lock_exempt, written by start()) and what those wheels
+    pin exactly themselves (lock_held); ClosureLockError naming each one that is not (closure_lock.check_wheels).
+    Nothing to check without a lock."""
+    lock = item.get("lock")
+    if not lock:
+        return
+    if "lock_exempt" not in job:
+        raise BuildError(f"{item['name']}: the build was started without its lock's exemptions (job.json has no lock_exempt); run it again")
+    what = f"{item['spec']['source'].get('wheel')} with its dependencies"
+    check_wheels(parse_lock(lock["text"], lock["file"]), wheels, job["lock_exempt"], what, held=job.get("lock_held", {}))
 
 
 def _kill(job: Mapping[str, Any]) -> None:
