@@ -51,7 +51,9 @@ def test_a_tree_has_an_unknown_stack(tmp_path: Path) -> None:
 
 
 def test_unusable_release_exits_1() -> None:
-    done = run("0.5.23", "--model-class", "KimiVLForConditionalGeneration", "--json")
+    # a release with no runtime environment here: its flags go through the static table (seconds, not an SGLang import);
+    # the verdict comes from the audit either way
+    done = run("0.5.22", "--model-class", "KimiVLForConditionalGeneration", "--json")
     assert done.returncode == 1
     row = json.loads(done.stdout)["releases"][0]
     assert row["audit_missing"] == ["get_embed_and_head", "set_eagle3_layers_to_capture"] and not row["usable"]

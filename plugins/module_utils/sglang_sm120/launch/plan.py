@@ -29,7 +29,7 @@ from typing import Any, Optional
 from ..errors import ToolkitError
 from . import flag_check as flag_rules
 from . import flags as server_flags
-from . import invariants, model_access, start_failures
+from . import model_access, release_sources, start_failures
 from . import server_args as server_args_check
 from .flag_check import check_launch
 from .flags import exec_start_args
@@ -161,38 +161,48 @@ def make_plan(
     flags = merge_flags(profiles, profile, host, port, extra_flags)
     env = merge_env(env_parts, secret_names)
     key = _cache_key(sglang, flags, env, patches, model_class, gpu_major, launch_module, python, pythonpath) if cache else None
-    cached = _read_cached(Path(cache), key) if cache and key else None
-    if cached is not None:
-        return start_gate(cached, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped, pending=host_facts_pending)
-    report = check_launch(
+    checked = _read_cached(Path(cache), key) if cache and key else None
+    if checked is None:
+        report = check_launch(
+            sglang,
+            profile=flags,
+            model_class=model_class,
+            gpu_major=gpu_major,
+            planned_patches=list(patches),
+            python=python,
+            pythonpath=list(pythonpath),
+        )
+        if not report.ok:
+            errors = "; ".join(f.text() for f in report.errors)
+            raise LaunchPlanError(f"invalid SGLang launch flags for profile {profile} ({report.parser_line}), nothing changed: {errors}")
+        checked = LaunchPlan(
+            profile=profile,
+            flags=flags,
+            argv=list(report.argv),
+            exec_args=exec_start_args(report.argv),
+            launch_module=launch_module,
+            env=env,
+            patches=list(patches),
+            sglang_version=report.version,
+            parser=report.parser,
+            parser_line=report.parser_line,
+            check_mode="import" if report.parser == "sglang" else "static",
+            flag_warnings=[f.text() for f in report.warnings],
+        )
+        if cache and key and write_cache:
+            _write_cached(Path(cache), key, checked)
+    return start_gate(
+        checked,
         sglang,
-        profile=flags,
-        model_class=model_class,
-        gpu_major=gpu_major,
-        planned_patches=list(patches),
-        python=python,
-        pythonpath=list(pythonpath),
+        catalogue,
+        model_dirs,
+        host_facts,
+        gpu_major,
+        skipped=gate_skipped,
+        pending=host_facts_pending,
+        sources_cache=cache,
+        write_cache=write_cache,
     )
-    if not report.ok:
-        errors = "; ".join(f.text() for f in report.errors)
-        raise LaunchPlanError(f"invalid SGLang launch flags for profile {profile} ({report.parser_line}), nothing changed: {errors}")
-    result = LaunchPlan(
-        profile=profile,
-        flags=flags,
-        argv=list(report.argv),
-        exec_args=exec_start_args(report.argv),
-        launch_module=launch_module,
-        env=env,
-        patches=list(patches),
-        sglang_version=report.version,
-        parser=report.parser,
-        parser_line=report.parser_line,
-        check_mode="import" if report.parser == "sglang" else "static",
-        flag_warnings=[f.text() for f in report.warnings],
-    )
-    if cache and key and write_cache:
-        _write_cached(Path(cache), key, result)
-    return start_gate(result, sglang, catalogue, model_dirs, host_facts, gpu_major, skipped=gate_skipped, pending=host_facts_pending)
 
 
 def write_model_files(scratch: str | Path, model_files: Mapping[str, Any]) -> dict[str, str]:
@@ -253,8 +263,11 @@ def start_gate(
     venv_probes: Optional[Mapping[str, Any]] = None,
     outcome: str = "nothing changed",
     pending: Sequence[str] = (),
+    sources_cache: Optional[str | Path] = None,
+    write_cache: bool = True,
+    sources: Optional[release_sources.ReleaseSources] = None,
 ) -> LaunchPlan:
-    """The plan with the start gate applied (never cached: the model directories and the host's facts
+    """The plan with the start gate applied (its verdicts never cached: the model directories and the host's facts
     are read every time). Refused entries raise LaunchPlanError naming each, with its fix; a model
     directory the flags name that cannot be read is refused naming the flag and the path. Facts that
     are absent (no host-facts file) make the entries that need them ``unknown``, never a pass.
@@ -264,7 +277,9 @@ def start_gate(
     own --mem-fraction-static for these flags without the operator's; ``venv_probes``: what
     server_args_check's probes saw in the release's venv (whether ``deep_gemm`` imports, whether
     Triton's ptxas assembles for the GPUs: VENV_PROBES), for a host-facts file that does not say;
-    ``outcome``: what a refusal left as it was, for its message."""
+    ``outcome``: what a refusal left as it was, for its message; ``sources_cache``: where what the gate read from the
+    release's sources is kept by their identity (release_sources), read back instead of parsed again (``sources``:
+    already read)."""
     if not catalogue:
         return replace(plan, start_gate={"summary": f"not run: {skipped or 'no catalogue given'}", "counts": {}, "verdicts": []})
     try:
@@ -275,6 +290,8 @@ def start_gate(
     host = _with_venv_probes(_pending(host, pending), venv_probes)
     capability = host.capability if host is not None and host.capability else f"{gpu_major}.0"
     acknowledged = [k[1:].replace("_", "-") for k, v in plan.flags.items() if str(k).startswith("_") and v]
+    if facts and sources is None:
+        sources = release_sources.read(sglang, sources_cache, write=write_cache)
     ctx = start_failures.Context(
         flags=flags,
         env=dict(plan.env),
@@ -283,8 +300,8 @@ def start_gate(
         model=facts.get("model"),
         draft=facts.get("draft"),
         host=host,
-        registry=start_failures.registered_architectures(sglang) if "draft" in facts else None,
-        release=invariants.read_release_data(sglang) if facts else None,
+        registry=set(sources.registry) if sources is not None and sources.registry is not None and "draft" in facts else None,
+        release=sources.release if sources is not None and facts else None,
         planned_patches=list(plan.patches),
         acknowledged=acknowledged,
         aliases=dict(aliases or {}),
@@ -461,10 +478,8 @@ def verify_plan(
             f"SGLang {sglang_version}'s own ServerArgs refuses profile {plan.profile} {where}, nothing started "
             "(the release is made and kept, nothing switched to it): " + server_args_check.refusal_text(result, sglang_version)
         )
-    try:
-        aliases = server_flags.flag_aliases(server_flags.release_flag_table(package))
-    except server_flags.FlagError:
-        aliases = {}
+    sources = release_sources.read(package, cache, write=write_cache)
+    aliases = sources.aliases
     read = server_args_check.accepted(result, report.get("field_flags") or {}, aliases, host_paths, sglang_version)
     checked = replace(
         plan,
@@ -495,6 +510,7 @@ def verify_plan(
         aliases=aliases,
         venv_probes=report.get("environment"),
         outcome="nothing started (the release is made and kept, nothing switched to it)",
+        sources=sources,
     )
 
 
