@@ -77,6 +77,14 @@ options:
       - Shown in the report's Router section; {} (no router) shows none.
     type: dict
     default: {}
+  reference:
+    description:
+      - Others' published figures for this hardware (the sglang_benchmark role's reference-figures.yml, read on the
+        controller), shown in the report's section of others' measurements with the EAGLE-3 ratio per cell; never
+        judged. An entry that cannot be read fails the module naming it, before anything is recorded.
+    type: list
+    elements: dict
+    default: []
   report_dir:
     description: Where the three report files go (default C(<root>/releases/<release>/report)).
     type: path
@@ -165,6 +173,7 @@ ARGUMENT_SPEC = dict(
     evidence=dict(type="dict", default={}),
     settings=dict(type="dict", default={}),
     router=dict(type="dict", default={}),
+    reference=dict(type="list", elements="dict", default=[]),
     report_dir=dict(type="path"),
 )
 
@@ -172,7 +181,8 @@ ARGUMENT_SPEC = dict(
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    options = {name: p[name] for name in ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "router", "report_dir")}
+    names = ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "router", "report_dir", "reference")
+    options = {name: p[name] for name in names}
     args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])
     run_module(module, lambda: dict(changed=True, **report_release(*args, **options, check_mode=module.check_mode)))
 

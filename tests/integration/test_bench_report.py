@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import DATA, ROOT, free_port, standin_server
 from sglang_sm120.serve import bench_client
@@ -367,6 +368,9 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     v = verdict(figures, "baseline", "eagle3", "warn", 1.0)
     report = build_report("gpu-1", MANIFEST, figures, v, "eagle3", [], {"num_prompts": 1, "output_len": 4, "client": "toolkit-client"})
     assert report["release"] == "0002-abcdef12" and report["versions"]["sglang"] == "0.5.9" and report["versions"]["cuda"] == "13.0.1"
+    # each artifact's own version, read from its wheel's name (what makes two reports' numbers differ)
+    assert report["versions"]["artifacts"] == {"sgl_kernel": "0.3.21+cu130", "sglang": "0.5.9", "torch": "2.11.0"}
+    assert report["reference"] == []
     assert report["artifacts"]["sglang"]["wheels"][0]["sha256"] == "s" * 64
     # how each artifact was made, from its build record: the index's wheel taken, a source build after a refusal
     made = {name: art["made"] for name, art in report["artifacts"].items()}
@@ -384,6 +388,8 @@ def test_the_report_carries_versions_patches_flags_figures_and_verdict() -> None
     assert "**pass**: eagle3 is faster" in md
     assert re.search(r"\| eagle3 \| 1 \| 120\.0 \|", md) and re.search(r"\| baseline \| 1 \| 90\.0 \|", md)
     assert "kimi_k25_eagle3_delegation: applied" in md and "sglang-0.5.9-py3-none-any.whl" in md
+    assert "- versions: sgl_kernel 0.3.21+cu130, sglang 0.5.9, torch 2.11.0" in md
+    assert "## Others' measurements on this hardware (not this host)\n\n- none given" in md
     assert re.search(r"- torch \(key `t{12}`\): torch-2\.11\.0-\S+ \(sha256 a{12}\); prebuilt: the package index", md)
     assert "torch symm-mem (--enable-torch-symm-mem): **no**: journal at start: torch symm-mem off at start: server log: TorchSymm" in md
     assert "speculative decoding (--speculative-algorithm EAGLE3): **unknown**: nothing seen" in md
@@ -696,13 +702,20 @@ def test_the_report_module_records_and_writes_or_changes_nothing(tmp_path: Path)
     assert not (releases.path(rid) / "report").exists()
     assert "benchmark" not in json.loads((releases.path(rid) / "manifest.json").read_text())
 
+    reference = yaml.safe_load((ROOT / "roles/sglang_benchmark/files/reference-figures.yml").read_text())
+    unreadable = run_module("sglang_report", args | {"runs": runs, "reference": [{**reference[0], "cells": []}]})
+    assert unreadable.get("failed") and "reference, entry kimi-k25-nvfp4-sglang: cells must be a non-empty list" in unreadable["msg"]
+    assert not (releases.path(rid) / "report").exists()
+
     seen = tmp_path / "eagle3-evidence.json"
     seen.write_text(json.dumps({"server_info": SPEC_INFO, "log": [], "error": ""}))
-    result = run_module("sglang_report", args | {"runs": runs, "threshold": 1.5, "evidence": {"eagle3": str(seen)}})
+    result = run_module("sglang_report", args | {"runs": runs, "threshold": 1.5, "evidence": {"eagle3": str(seen)}, "reference": reference})
     assert not result.get("failed"), result.get("msg")
     assert result["verdict"]["status"] == "pass" and result["verdict"]["faster"] == "eagle3"
     report = json.loads((releases.path(rid) / "report/report.json").read_text())
     assert report["benchmark"]["profiles"]["eagle3"]["batch"]["concurrency"] == 4
+    assert [r["id"] for r in report["reference"]] == ["kimi-k25-nvfp4-sglang", "kimi-k26-int4-vllm-grid"]
+    assert "| 128 | 0 | 2164.7 | 2044.3 | 0.94 |" in (releases.path(rid) / "report/report.md").read_text()
     assert sorted(p.name for p in (releases.path(rid) / "report").iterdir()) == [
         "report.json",
         "report.md",

@@ -37,8 +37,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from ..build.closure_lock import normalize_name, wheel_name_version
 from ..errors import ToolkitError
 from . import evidence as server_evidence
+from .reference import Reference, read_references, reference_lines
 
 GATES = ("warn", "fail", "off")
 TOOLS = ("toolkit-client", "bench_serving")
@@ -311,11 +313,13 @@ def build_report(
     settings: Mapping[str, Any],
     evidence: Optional[Mapping[str, Mapping[str, Any]]] = None,
     router: Optional[Mapping[str, Any]] = None,
+    reference: Sequence[Reference] = (),
 ) -> dict[str, Any]:
     """report.json: what runs (versions and hashes, patches, audit, flags, health, optimisations
     with what was seen of them) and how fast, for one release on one host. ``evidence`` is
     {profile: read_evidence(...)}: what the server showed while that profile was measured.
-    ``router``: behind a router, the worker's leave and drain in this deploy (router_summary)."""
+    ``router``: behind a router, the worker's leave and drain in this deploy (router_summary). ``reference``:
+    others' published figures for this hardware (reference.read_references), shown beside the host's own."""
     service = manifest.get("service") or {}
     findings = service.get("runtime_findings") or []
     patches = manifest.get("patches") if isinstance(manifest.get("patches"), Mapping) else {}
@@ -334,6 +338,7 @@ def build_report(
             "cuda": cuda.get("cuda_version"),
             "nvcc": cuda.get("nvcc_build"),
             "arch": cuda.get("arch"),
+            "artifacts": artifact_versions(manifest.get("artifacts") or {}),
         },
         "artifacts": {
             name: {
@@ -379,7 +384,27 @@ def build_report(
         "fabric": fabric_summary(manifest.get("fabric")),
         "router": router_summary(router),
         "history": [dict(h) for h in history],
+        "reference": [r.to_dict() for r in reference],
     }
+
+
+def artifact_versions(artifacts: Mapping[str, Any]) -> dict[str, str]:
+    """artifact name -> the version of its own wheel (torch 2.9.1+cu130, flashinfer-python 0.6.3, ...), from the
+    wheel file names the release's manifest records; an artifact whose package has no wheel there is left out."""
+    out: dict[str, str] = {}
+    for name, art in sorted(artifacts.items()):
+        if not isinstance(art, Mapping):
+            continue
+        package = normalize_name(str(art.get("package") or name))
+        for wheel in art.get("wheels") or []:
+            try:
+                found, version = wheel_name_version(str(wheel.get("wheel") or ""))
+            except ToolkitError:
+                continue
+            if found == package:
+                out[name] = version
+                break
+    return out
 
 
 def artifact_made(record: Mapping[str, Any]) -> str:
@@ -691,16 +716,17 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         "(the toolkit client's requests, or the server's counters zeroed right before a bench_serving run).",
         "",
         f"![tok/s per release and profile, TTFT, ITL, accept length (drawn on the controller)]({chart_name})",
-        "",
-        "## What runs",
-        "",
     ]
+    lines += reference_lines(report.get("reference") or [])
+    lines += ["", "## What runs", ""]
     versions = report.get("versions") or {}
     lines.append(
         f"- SGLang {_md(versions.get('sglang') or '-')}, CUDA {_md(versions.get('cuda') or '-')} "
         f"(nvcc {_md(versions.get('nvcc') or '-')}), "
         f"arch {_md(versions.get('arch') or '-')}; release key `{_md(str(report.get('release_key') or '-')[:16])}`"
     )
+    if versions.get("artifacts"):
+        lines.append("- versions: " + ", ".join(f"{_md(name)} {_md(v)}" for name, v in versions["artifacts"].items()))
     for name, art in (report.get("artifacts") or {}).items():
         wheels = ", ".join(f"{_md(w['wheel'])} (sha256 {_md(str(w['sha256'])[:12])})" for w in art["wheels"]) or "no wheels"
         lines.append(f"- {_md(name)} (key `{_md(str(art['key'])[:12])}`): {wheels}; {_md(art.get('made') or 'not recorded')}")
@@ -810,14 +836,17 @@ def report_release(
     settings: Optional[Mapping[str, Any]] = None,
     router: Optional[Mapping[str, Any]] = None,
     report_dir: Optional[str] = None,
+    reference: Any = None,
     check_mode: bool = False,
 ) -> dict[str, Any]:
     """What plugins/modules/sglang_report.py does on the host for ``release`` of ``releases`` (a
     release.records.Releases): summarize each run ({profile, slot: c1 or batch, path}), judge them,
     keep the figures and the verdict in the release record and its manifest, and write report.json
     and report.md (to ``report_dir``, default the release's report/), none of it in check mode.
+    ``reference``: the reference-figures document (read_references checks it before anything is judged).
     Returns figures, lines, verdict, optimisations, files and report_dir. Raises BenchError (a value
-    that is not a number, or not JSON, among them) or the record's ReleaseError."""
+    that is not a number, or not JSON, among them), ReferenceFiguresError or the record's ReleaseError."""
+    references = read_references(reference, "reference")
     try:
         figures: dict[str, dict[str, dict[str, Any]]] = {}
         for item in runs:
@@ -833,7 +862,7 @@ def report_release(
         entry = record_entry(figures, judged)
         record["releases"][release]["benchmark"] = entry
         report = build_report(
-            host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen, router
+            host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen, router, references
         )
         markdown = render_markdown(report)
         directory = report_dir or str(releases.path(release) / "report")
