@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, standin_server
 from sglang_sm120.host.facts import FACTS
 from sglang_sm120.launch.start_failures import read_host_facts
 
@@ -506,6 +506,45 @@ def test_answers_module_passes_a_server_with_the_kimi_parser_and_fails_one_witho
     finally:
         with_parser.stop()
         without.stop()
+
+
+def test_answers_module_questions_pass_a_right_server_and_fail_corrupt_or_diverging_ones_naming_the_answer(tmp_path):
+    """The questions check through Ansible (TEST FIXTURE: the stand-in answers the toolkit's questions, right by default):
+    a right EAGLE-3 server passes alone and in the burst; one whose answers are corrupted, and one whose outputs leave
+    the target's only under speculation (a broken draft or verify path), fail naming the first wrong answer; the record
+    keeps the figures and the first few wrong answers, not every output. (A burst that emits NaN: molecule/service.)"""
+    from test_answer_checks import FAST as ANSWERS_FAST
+    from test_answer_checks import SPEC as EAGLE3
+
+    args = {"checks": ["questions"], "questions": 12, "burst": 24}
+    flags = ["--model-path", "/models/target", *EAGLE3]
+    with standin_server(flags, ANSWERS_FAST) as right:
+        ok = run_module("sglang_answers", {**args, "url": right})
+    assert not ok.get("failed"), ok
+    [check] = ok["checks"]
+    assert check["name"] == "questions" and check["ok"] and check["reason"] == "", check
+    assert check["answer"] == "12/12 right asked one at a time, 24/24 in the burst of 24", check
+    details = check["details"]
+    assert details["sequential"]["right"] == 12 and details["burst"]["asked"] == 24 and details["sequential"]["first_wrong"] == []
+    assert "outputs" not in details["sequential"]
+
+    for mode in ("corrupt", "spec-diverge"):
+        with standin_server(flags, {**ANSWERS_FAST, "SGLANG_STANDIN_ANSWERS": mode}) as url:
+            failed = run_module("sglang_answers", {**args, "url": url})
+        assert failed["failed"], (mode, failed)
+        assert failed["msg"].startswith("answer check questions failed: 0 of 12 questions asked one at a time answered right (0%), "), (
+            failed["msg"]
+        )
+        assert "below the 80% asked for; the first wrong: question 0 (" in failed["msg"], failed["msg"]
+        [check] = failed["checks"]
+        wrong = check["details"]["sequential"]["first_wrong"]
+        assert not check["ok"] and check["details"]["sequential"]["wrong"] == 12 and len(wrong) == 3, check
+        assert wrong[0]["got"] != wrong[0]["expected"] and "\n" not in wrong[0]["prompt"], wrong[0]
+
+    # the target alone (no speculation) under spec-diverge answers right: only speculation diverges
+    with standin_server(["--model-path", "/models/target"], {**ANSWERS_FAST, "SGLANG_STANDIN_ANSWERS": "spec-diverge"}) as target:
+        alone = run_module("sglang_answers", {**args, "url": target, "burst": 0})
+    assert not alone.get("failed") and alone["checks"][0]["details"]["burst"] is None, alone
 
 
 def test_a_failed_preflight_returns_its_problems_and_not_the_facts(tmp_path):

@@ -9,6 +9,12 @@ would rather talk must emit a call) tells them apart: structured calls with the 
 JSON arguments, and with kimi_k2 the call id in Kimi-K2's own form (functions.NAME:INDEX), which
 SGLang gives only under that parser. The tool's parameters are enums, so the constrained answer
 is short and always complete.
+
+The questions check (issue 47): computed-answer questions at temperature 0, asked one at a time and then as
+a burst of concurrent requests (answer_checks.run_answer_checks), so a healthy server that answers wrongly,
+emits NaN or repeats one token (FlashInfer's SM120 FP4 GEMM race under load, a broken draft or verify path)
+is rolled back before the release is called good. Its record keeps the figures and the first few wrong
+answers and findings of each phase, not every output.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..errors import ToolkitError
-from .bench_client import _request
+from .answer_checks import AnswerChecksTimeout, run_answer_checks
+from .bench_client import http_request, served_model
 from .canary import read_api_keys
 
 TOOL_NAME = "get_weather"
@@ -60,6 +67,7 @@ class AnswerCheck:
     reason: str
     seconds: float
     answer: str  # what came back, cut short
+    details: dict[str, Any] = field(default_factory=dict)  # the questions check: its figures (questions_record)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,30 +117,79 @@ def judge_tool_call(status: int, text: str, parser: Optional[str]) -> str:
     return ""
 
 
-def served_model(url: str, api_key: Optional[str], timeout: float) -> str:
-    """The first model /v1/models lists ('default' when it lists none)."""
-    status, text = _request(url, "GET", "/v1/models", api_key, timeout=timeout)
-    try:
-        return str(json.loads(text)["data"][0]["id"]) if status == 200 else "default"
-    except (ValueError, KeyError, IndexError, TypeError):
-        return "default"
-
-
 def check_tool_call(
     url: str, api_key: Optional[str], parser: Optional[str], timeout: float = 120.0, model: Optional[str] = None
 ) -> AnswerCheck:
     started = time.monotonic()
     body = tool_call_request(model or served_model(url, api_key, timeout))
-    status, text = _request(url, "POST", "/v1/chat/completions", api_key, body=body, timeout=timeout)
+    status, text = http_request(url, "POST", "/v1/chat/completions", api_key, body=body, timeout=timeout)
     reason = judge_tool_call(status, text, parser)
     return AnswerCheck("tool-call", not reason, reason, round(time.monotonic() - started, 2), text.strip()[:600])
 
 
-def run_checks(url: str, keys: Mapping[str, str], checks: list[str], parser: Optional[str], timeout: float) -> list[AnswerCheck]:
-    """The checks asked for, in order (only 'tool-call' so far)."""
+CHECKS = ("tool-call", "questions")
+KEPT = 3  # wrong answers and findings kept per phase in a record
+
+
+def questions_record(result: dict[str, Any]) -> dict[str, Any]:
+    """An AnswerCheckResult's dict cut to what a release record keeps: the figures, per kind, and the first
+    KEPT wrong answers and degenerate findings of each phase (their prompts cut to the question line)."""
+
+    def phase(data: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        if data is None:
+            return None
+        wrong = [{**w, "prompt": str(w["prompt"]).split("\n", 1)[0]} for w in data["wrong"][:KEPT]]
+        counts = {k: len(data[k]) for k in ("wrong", "findings", "errors")}
+        return {
+            **{k: v for k, v in data.items() if k not in ("wrong", "findings", "errors")},
+            **counts,
+            "first_wrong": wrong,
+            "first_findings": data["findings"][:KEPT],
+            "first_errors": data["errors"][:KEPT],
+        }
+
+    return {**result, "sequential": phase(result["sequential"]), "burst": phase(result.get("burst"))}
+
+
+def check_questions(url: str, keys: Mapping[str, str], asking: Mapping[str, Any], timeout: float) -> AnswerCheck:
+    """The questions check as an AnswerCheck: ok when every phase answered at least min_share_right right with no
+    failed request and no degenerate output; past its time bound it fails saying where it stopped. `asking`: the
+    keyword arguments of answer_checks.run_answer_checks (count, concurrency, min_share_right, seed, timeout_s);
+    `timeout`: each request's bound."""
+    started = time.monotonic()
+    try:
+        result = run_answer_checks(url, keys, request_timeout_s=timeout, **asking)
+    except AnswerChecksTimeout as exc:
+        partial = exc.result.get("answer_checks") or {}
+        return AnswerCheck(
+            "questions", False, str(exc), round(time.monotonic() - started, 2), "", questions_record(partial) if partial else {}
+        )
+    data = result.to_dict()
+    burst = data["burst"]
+    answer = f"{data['sequential']['right']}/{data['sequential']['asked']} right asked one at a time" + (
+        f", {burst['right']}/{burst['asked']} in the burst of {burst['concurrency']}" if burst else ""
+    )
+    return AnswerCheck(
+        "questions", result.ok, "; ".join(result.reasons), round(time.monotonic() - started, 2), answer, questions_record(data)
+    )
+
+
+def run_checks(
+    url: str,
+    keys: Mapping[str, str],
+    checks: list[str],
+    parser: Optional[str],
+    timeout: float,
+    questions: Optional[Mapping[str, Any]] = None,
+) -> list[AnswerCheck]:
+    """The checks asked for, in order: 'tool-call' (through `parser`), 'questions' (`questions`: check_questions'
+    `asking`; run_answer_checks' defaults where None)."""
     out = []
     for name in checks:
-        if name != "tool-call":
-            raise AnswersError(f"unknown answer check {name!r}: expected one of tool-call")
-        out.append(check_tool_call(url, keys.get("api-key"), parser, timeout))
+        if name == "tool-call":
+            out.append(check_tool_call(url, keys.get("api-key"), parser, timeout))
+        elif name == "questions":
+            out.append(check_questions(url, keys, questions or {}, timeout))
+        else:
+            raise AnswersError(f"unknown answer check {name!r}: expected one of {', '.join(CHECKS)}")
     return out

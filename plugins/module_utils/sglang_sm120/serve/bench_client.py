@@ -256,13 +256,31 @@ def requests_accept_length(requests: Sequence[Mapping[str, Any]]) -> tuple[Optio
     return sum(int(r["completion_tokens"]) for r in counted) / steps, ""
 
 
-def _request(url: str, method: str, path: str, api_key: Optional[str], body: Any = None, timeout: float = 30.0) -> tuple[int, str]:
-    """(HTTP status, body); status 0 and the error when the server did not answer."""
-    conn, base = _connection(url, timeout)
+def http_request(
+    url: str, method: str, path: str, api_key: Optional[str], body: Any = None, timeout: float = 30.0, total: Optional[float] = None
+) -> tuple[int, str]:
+    """(HTTP status, body); status 0 and the error when the server did not answer. `timeout` bounds each wait on
+    the socket; `total` (seconds, optional) the whole exchange, which matters for a streamed body
+    (text/event-stream): it is read to its end, and a server that keeps sending would otherwise keep it going.
+    Used beyond this script by answers.py and answer_checks.py."""
+    ends = None if total is None else time.monotonic() + total
+    conn, base = _connection(url, timeout if total is None else max(0.001, min(timeout, total)))
     try:
         conn.request(method, base + path, body=None if body is None else json.dumps(body), headers=_headers(api_key))
         response = conn.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
+        if ends is None:
+            return response.status, response.read().decode("utf-8", "replace")
+        parts = []
+        while True:
+            left = ends - time.monotonic()
+            if left <= 0:
+                return 0, f"TimeoutError: the answer was not whole after {total:g} s"
+            if conn.sock is not None:
+                conn.sock.settimeout(max(0.001, min(timeout, left)))
+            part = response.read1(65536)
+            if not part:
+                return response.status, b"".join(parts).decode("utf-8", "replace")
+            parts.append(part)
     except (OSError, http.client.HTTPException) as exc:
         return 0, f"{type(exc).__name__}: {exc}"
     finally:
@@ -276,10 +294,19 @@ DRAIN_TOKENS, DRAIN_MAX_REQUESTS = 128, 64
 DRAIN_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
+def served_model(url: str, api_key: Optional[str], timeout: float) -> str:
+    """The first model /v1/models lists ('default' when it lists none)."""
+    status, text = http_request(url, "GET", "/v1/models", api_key, timeout=timeout)
+    try:
+        return str(json.loads(text)["data"][0]["id"]) if status == 200 else "default"
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "default"
+
+
 def _set_accept_threshold(url: str, keys: Mapping[str, str], value: float) -> tuple[bool, str]:
     """POST /set_internal_state {"server_args": {speculative_accept_threshold_acc: value}}: (accepted, what SGLang said)."""
     body = {"server_args": {ACCEPT_RESET_ARG: value}}
-    status, text = _request(url, "POST", "/set_internal_state", keys.get("admin-api-key") or keys.get("api-key"), body)
+    status, text = http_request(url, "POST", "/set_internal_state", keys.get("admin-api-key") or keys.get("api-key"), body)
     try:
         answer = json.loads(text)
     except ValueError:
@@ -303,10 +330,10 @@ def reset_accept_counters(url: str, keys: Mapping[str, str], drain_prompt: str =
     the API key, else none) and answers a JSON list of booleans, one per scheduler; /server_info and
     /generate are normal ones (the API key)."""
     path = "/server_info"
-    status, text = _request(url, "GET", path, keys.get("api-key"))
+    status, text = http_request(url, "GET", path, keys.get("api-key"))
     if status == 404:  # releases before /server_info
         path = "/get_server_info"
-        status, text = _request(url, "GET", path, keys.get("api-key"))
+        status, text = http_request(url, "GET", path, keys.get("api-key"))
     if status != 200:
         return "failed", f"GET {url}{path} answered {f'HTTP {status}' if status else 'nothing'}: {text.strip()[:500]}"
     try:
