@@ -116,7 +116,7 @@ progress:
     timeout_s: {description: O(timeout)., type: float, sample: 1800.0}
     last_log_line: {description: The last journal line., type: str, sample: "Load weight end. type=KimiK25ForConditionalGeneration"}
 journal_tail:
-  description: The last O(journal_lines) journal lines of the unit since O(started).
+  description: The last O(journal_lines) journal lines of the unit since O(started); empty when the server is healthy.
   type: list
   elements: str
   returned: always
@@ -192,7 +192,8 @@ def health(p: dict, check_mode: bool = False) -> dict:
         timeout_s=p["timeout"],
         last_log_line=clean_line(result.last_line),
     )
-    tail = journal(p["unit"], p["started"], p["journal_lines"])
+    # the journal explains a start that is not healthy; a healthy one is not read again (one journalctl less per converge)
+    tail = [] if result.healthy else journal(p["unit"], p["started"], p["journal_lines"])
     ended = result.crashed or (p["timeout"] > 0 and result.elapsed >= p["timeout"])
     # a failed start named by its start-failure catalogue entry, from the journal (a crash counts as the run phase "exited")
     cause = match_log(tail, "exited" if result.crashed else result.phase, p["known_causes"]) if ended and not result.healthy else None

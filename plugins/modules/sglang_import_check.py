@@ -62,11 +62,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-cached:
-  description: Whether the outcome was read from O(stamp) instead of importing again.
-  type: bool
-  returned: always
-  sample: false
 imports:
   description: Per module, whether it imported and, if not, its error and traceback.
   type: list
@@ -81,6 +76,7 @@ imports:
     ok: {description: Whether it imported., type: bool, sample: true}
     error: {description: "The exception, empty when it imported.", type: str, sample: ""}
     traceback: {description: "The last lines of the traceback, empty when it imported.", type: str, sample: ""}
+cached: {description: Whether the outcome was read from O(stamp) instead of importing again., type: bool, returned: always, sample: false}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -50,3 +50,36 @@ def test_no_task_file_includes_itself() -> None:
                 if isinstance(target, str) and target.split("/")[-1] == path.name:
                     offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """SafeLoader that reads a tagged scalar (!vault, !unsafe) as its text."""
+
+
+_AnyTagLoader.add_multi_constructor("!", lambda loader, suffix, node: loader.construct_scalar(node))
+CONDITION_KEYS = ("that", "when", "failed_when", "changed_when", "until")
+
+
+def _non_string_conditions(node: object) -> list[object]:
+    found: list[object] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in CONDITION_KEYS:
+                found += [item for item in (value if isinstance(value, list) else [value]) if not isinstance(item, (str, bool))]
+            found += _non_string_conditions(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _non_string_conditions(item)
+    return found
+
+
+def test_every_condition_is_a_string() -> None:
+    """A condition with an unquoted ': ' in it (a regex of the PLAY RECAP, say) is read by YAML as a mapping, which
+    ansible-core refuses at run time ("Conditional expressions must be strings"), not when linted."""
+    files = [p for top in ("playbooks", "roles", "molecule", "tests/playbooks") for p in sorted((ROOT / top).rglob("*.yml"))]
+    bad = {}
+    for path in files:
+        for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_AnyTagLoader):
+            if found := _non_string_conditions(document):
+                bad[str(path.relative_to(ROOT))] = found
+    assert len(files) > 50 and not bad, bad
