@@ -20,6 +20,10 @@ description:
     degenerate (empty, NaN or inf, a non-finite logprob, a token or n-gram repeated); the whole check is bounded
     by O(questions_timeout). A healthy server can answer wrongly (FlashInfer's SM120 FP4 GEMM race under load,
     a broken draft or verify path).
+  - C(greedy) records the greedy outputs (temperature 0, 64 tokens, token ids) of eight open-ended prompts, one at a
+    time, and returns them whole in its C(details.outputs); the sglang_benchmark role records them for the baseline and
+    the EAGLE-3 profile in turn and module sglang_report compares them (greedy speculative decoding is exact up to
+    numerics). It fails only when a request fails.
   - The API key is read on the host from O(keys_file) (the file the service role writes), never passed in.
 options:
   url:
@@ -30,7 +34,7 @@ options:
     description: The checks to run, in order.
     type: list
     elements: str
-    choices: [tool-call, questions]
+    choices: [tool-call, questions, greedy]
     default: [tool-call]
   tool_call_parser:
     description: The server's C(--tool-call-parser) as the launch plan gives it (its call ids are checked for kimi_k2).

@@ -29,7 +29,10 @@ options:
     type: str
     required: true
   runs:
-    description: One item per run, C(profile), C(slot) (c1 or batch) and C(path) of its result file.
+    description:
+      - One item per run, C(profile), C(slot) and C(path) of its result file; C(slot) is c1, batch, or grid (a cell of the
+        benchmark grid, which also names its C(context_tokens), 0 for the prompt set as it is; its concurrency is the run's own).
+      - A profile measured only in the grid takes its c1 and batch figures from the grid's shortest context.
     type: list
     elements: dict
     default: []
@@ -85,6 +88,29 @@ options:
     type: list
     elements: dict
     default: []
+  grid_margin:
+    description:
+      - In the benchmark grid (runs with C(slot) grid), how far from 1.0 the candidate/baseline ratio must be for a point to count as
+        paying or losing (0.05 = at or above 1.05x pays, at or below 0.95x loses, even between).
+    type: float
+    default: 0.05
+  workload:
+    description:
+      - The operator's expected workload, C(concurrency) and C(context_tokens); the grid's section names the profile to serve for it,
+        read at the measured point nearest at or above it. {} names none.
+    type: dict
+    default: {}
+  greedy:
+    description:
+      - Per profile, module sglang_answers' C(greedy) check as it returned it (the greedy outputs of the same prompts). With
+        both O(baseline) and O(candidate) the verdict carries their greedy agreement (C(verdict.agreement)) and trips the
+        gate when it is below O(agreement_min).
+    type: dict
+    default: {}
+  agreement_min:
+    description: The share of prompts whose greedy outputs must agree, from 0 to 1.
+    type: float
+    default: 0.5
   report_dir:
     description: Where the three report files go (default C(<root>/releases/<release>/report)).
     type: path
@@ -127,8 +153,19 @@ verdict:
   sample: {baseline: baseline, candidate: eagle3, metric: output tok/s at concurrency 1, gate: warn, threshold: 1.0, status: pass,
            faster: eagle3, ratio: 1.6865, percent: 68.65,
            message: "eagle3 is faster: eagle3 104.2 tok/s vs baseline 61.8 tok/s at concurrency 1 (1.69x, 68.7% faster)"}
+grid:
+  description:
+    - The benchmark grid, when runs had C(slot) grid; null otherwise. C(cells) (profile, concurrency, context_tokens, prompt_tokens,
+      output_tok_s, ttft_ms and itl_ms medians, accept_length, ok, problem), C(ratios) (candidate/baseline per point and its class,
+      pays, even, loses or not measured), C(regions) (per context, the verdict and its message), C(summary) and C(workload)
+      (the profile to serve for the declared workload, and why).
+  type: dict
+  returned: success
+  sample:
+    summary: "eagle3 pays (>= 1.05x) in 3 of 6 measured points, loses (<= 0.95x) in 2; from 0.81x to 1.93x"
+    workload: {declared: [8, 4096], point: [8, 8192], ratio: 1.21, profile: eagle3, message: "serve eagle3 for the declared workload ..."}
 lines:
-  description: One human-readable line per run.
+  description: One human-readable line per run (then, with a grid, its summary, one line per context and the workload's choice).
   type: list
   elements: str
   returned: success
@@ -175,13 +212,29 @@ ARGUMENT_SPEC = dict(
     router=dict(type="dict", default={}),
     reference=dict(type="list", elements="dict", default=[]),
     report_dir=dict(type="path"),
+    grid_margin=dict(type="float", default=0.05),
+    workload=dict(type="dict", default={}),
+    greedy=dict(type="dict", default={}),
+    agreement_min=dict(type="float", default=0.5),
 )
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    names = ("baseline", "candidate", "gate", "threshold", "evidence", "settings", "router", "report_dir", "reference")
+    names = (
+        "baseline",
+        "candidate",
+        "gate",
+        "threshold",
+        "evidence",
+        "settings",
+        "router",
+        "report_dir",
+        "reference",
+        "grid_margin",
+        "workload",
+    )
     options = {name: p[name] for name in names}
     args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])
     run_module(module, lambda: dict(changed=True, **report_release(*args, **options, check_mode=module.check_mode)))

@@ -602,6 +602,29 @@ def test_a_host_without_figures_still_gets_a_chart() -> None:
     assert bars == {"tok_s": 0, "ttft": 0, "itl": 0, "accept": 0} and png_size(png) == (1200, 800) and len(png) > 10_000
 
 
+def test_the_grid_chart_maps_the_ratio_over_concurrency_and_context(tmp_path: Path) -> None:
+    from test_grid import shaped_cells
+
+    from sglang_sm120.serve.grid import grid_section
+
+    grid = grid_section(shaped_cells(), "baseline", "eagle3", 0.05)
+    contexts, concurrencies, matrix = bench_chart.grid_matrix(grid)
+    assert (contexts, concurrencies) == ([0, 32768], [1, 32, 128])
+    assert matrix[0][0] == 1.3 and matrix[1][1] == pytest.approx(0.84, abs=0.001)
+    report = {"host": "gpu-1", "release": "r", "history": [], "benchmark": {"profiles": {}, "grid": grid}}
+    png, counts = bench_chart.draw_grid(report)
+    assert counts == {"measured": 6} and len(png) > 10_000 and png_size(png)[0] > 400
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    argv = ["--report", str(tmp_path / "report.json"), "--out", str(tmp_path / "chart.png"), "--grid-out", str(tmp_path / "grid.png")]
+    assert bench_chart.main(argv) == 0 and png_size((tmp_path / "grid.png").read_bytes()) == png_size(png)
+    # a report without a grid gets its chart and no grid.png
+    (tmp_path / "plain.json").write_text(json.dumps({**report, "benchmark": {"profiles": {}}}))
+    argv = ["--report", str(tmp_path / "plain.json"), "--out", str(tmp_path / "c2.png"), "--grid-out", str(tmp_path / "g2.png")]
+    assert bench_chart.main(argv) == 0 and (tmp_path / "c2.png").exists() and not (tmp_path / "g2.png").exists()
+    with pytest.raises(ValueError, match="the report has no benchmark grid"):
+        bench_chart.draw_grid({"benchmark": {}})
+
+
 def test_importing_the_chart_module_needs_no_matplotlib() -> None:
     probe = "import sys; sys.modules['matplotlib'] = None; from sglang_sm120_controller import chart; print(chart.series({})['releases'])"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "plugins" / "module_utils", capture_output=True, text=True)
@@ -660,6 +683,43 @@ def test_the_client_measures_a_streaming_server(standin: str, tmp_path: Path) ->
     first = json.loads(out.read_text())["requests"][0]
     assert len(first["itl_s"]) == 9 and first["ttft_s"] > 0
     assert progress.read_text().splitlines()[-1].startswith("eagle3 concurrency 3: 6/6 requests")
+
+
+@pytest.mark.parametrize("standin", [[]], indirect=True)
+def test_the_client_builds_prompts_of_the_asked_length_that_share_no_prefix(standin: str, tmp_path: Path) -> None:
+    prompts = bench_client.load_prompts(str(ROOT / "roles/sglang_benchmark/files/prompts.json"), 8)
+    built = bench_client.long_prompts(standin, prompts, 600, 5, None, 30.0)
+    lengths = [bench_client.prompt_length(standin, p, None, 30.0) for p in built]
+    assert all(abs(n - 600) <= 30 for n in lengths), lengths
+    # no two share even their first line: SGLang's radix cache would serve a shared prefix from memory
+    assert len({p.split("\n", 1)[0] for p in built}) == 5 and len({p[:200] for p in built}) == 5
+    out, progress = tmp_path / "cell.json", tmp_path / "progress.txt"
+    argv = ["--url", standin, "--prompts", str(ROOT / "roles/sglang_benchmark/files/prompts.json"), "--num-prompts", "8"]
+    argv += ["--output-len", "8", "--concurrency", "2", "--profile", "baseline", "--out", str(out), "--progress", str(progress)]
+    assert bench_client.main([*argv, "--requests", "3", "--context-tokens", "400", "--warmup-seconds", "0.5"]) == 0
+    record = json.loads(out.read_text())
+    assert record["context_tokens"] == 400 and len(record["requests"]) == 3
+    assert record["warmup"]["requests"] >= 1 and record["warmup"]["failed"] == 0
+    assert abs(summarize(record)["prompt_tokens"] - 400) <= 20
+    assert progress.read_text().splitlines()[-1].startswith("baseline concurrency 2 context 400: 3/3 requests")
+
+
+def grid_point(url: str, tmp_path: Path, profile: str, concurrency: int) -> float:
+    out = tmp_path / f"{profile}-{concurrency}.json"
+    argv = ["--url", url, "--prompts", str(ROOT / "roles/sglang_benchmark/files/prompts.json"), "--num-prompts", "8", "--output-len", "24"]
+    argv += ["--concurrency", str(concurrency), "--requests", str(2 * concurrency), "--context-tokens", "0", "--profile", profile]
+    assert bench_client.main([*argv, "--out", str(out)]) == 0
+    return summarize(json.loads(out.read_text()))["output_tok_s"]
+
+
+def test_the_standin_makes_speculation_pay_at_low_concurrency_and_lose_at_high(tmp_path: Path) -> None:
+    """TEST FIXTURE behaviour the lab's grid relies on (the stand-in's PassCost): a decode pass costs more once the
+    tokens it computes outweigh its fixed time, and EAGLE-3 verifies 4 tokens per request where the baseline runs 1."""
+    env = {"SGLANG_STANDIN_LOAD_SECONDS": "0", "SGLANG_STANDIN_TOKEN_MS": "5", "SGLANG_STANDIN_COMPUTE_MS_PER_TOKEN": "0.5"}
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"]
+    with standin_server([], env) as base_url, standin_server(spec, env) as spec_url:
+        ratios = {c: grid_point(spec_url, tmp_path, "eagle3", c) / grid_point(base_url, tmp_path, "baseline", c) for c in (1, 16)}
+    assert ratios[1] > 1.3 and ratios[16] < 0.9, ratios
 
 
 def test_the_client_reports_a_server_that_does_not_answer(tmp_path: Path) -> None:
@@ -820,3 +880,17 @@ def test_report_md_is_plain_text_without_html_entities() -> None:
     md = render_markdown(build_report("gpu-1", {**MANIFEST, "fabric": odd}, figures, v, "eagle3", [], {}))
     assert "- **short**: the release's \\<b\\>log\\</b\\> said: a \\| b & c" in md
     assert not re.search(r"&(#x?[0-9a-f]+|[a-z]+);", md), re.findall(r"&\S+;", md)
+
+
+def test_the_grid_module_lays_out_the_cells_and_refuses_a_grid_over_its_bound() -> None:
+    from test_modules import run_module
+
+    args = {"grid": {"concurrency": [1, 8], "context_tokens": ["short", 4096]}, "profiles": ["eagle3", "baseline"], "output_len": 64}
+    ok = run_module("sglang_bench_grid", args | {"assumed": {"restart_s": 60}})
+    assert not ok.get("failed") and not ok["changed"], ok
+    assert [c["slot"] for c in ok["cells"][:4]] == ["c1-x0", "c8-x0", "c1-x4096", "c8-x4096"] and len(ok["cells"]) == 8
+    assert ok["message"].startswith("8 cells (2 profiles x 2 contexts x 2 concurrencies, ") and "60 s a restart" in ok["message"]
+    over = run_module("sglang_bench_grid", args | {"max_minutes": 1})
+    assert over.get("failed") and "over sglang_benchmark_grid_max_minutes (1): 8 cells" in over["msg"], over
+    unknown = run_module("sglang_bench_grid", args | {"assumed": {"decode": 5}})
+    assert unknown.get("failed") and "sglang_benchmark_grid_assumed: unknown key decode" in unknown["msg"], unknown

@@ -5,7 +5,10 @@ Four panels from one report.json (bench_report.build_report): output tok/s per r
 accept length per release and profile. matplotlib is imported inside draw(), so importing this
 module costs nothing and needs no matplotlib.
 
-    python bench_chart.py --report reports/<host>/<release>/report.json --out .../chart.png
+    python bench_chart.py --report reports/<host>/<release>/report.json --out .../chart.png [--grid-out .../grid.png]
+
+With --grid-out and a benchmark grid in the report (grid.grid_section), also the grid's chart: the candidate/baseline
+ratio over the grid, contexts down and concurrencies across, green where speculation pays, red where it loses.
 """
 
 from __future__ import annotations
@@ -166,18 +169,65 @@ def draw(report: Mapping[str, Any], last: int = 8) -> tuple[bytes, dict[str, int
     return png(fig), counts
 
 
+def grid_matrix(grid: Mapping[str, Any]) -> tuple[list[int], list[int], list[list[Optional[float]]]]:
+    """(contexts, concurrencies, ratios[context][concurrency]) of a report's grid section; None where not measured."""
+    points = grid.get("ratios") or []
+    contexts = sorted({int(p["context_tokens"]) for p in points})
+    concurrencies = sorted({int(p["concurrency"]) for p in points})
+    by_key = {(int(p["context_tokens"]), int(p["concurrency"])): p.get("ratio") for p in points}
+    return contexts, concurrencies, [[by_key.get((x, c)) for c in concurrencies] for x in contexts]
+
+
+def draw_grid(report: Mapping[str, Any]) -> tuple[bytes, dict[str, int]]:
+    """PNG bytes of the grid's ratio map, and how many points it shows measured; ValueError without a grid."""
+    grid = (report.get("benchmark") or {}).get("grid") or {}
+    if not grid.get("ratios"):
+        raise ValueError("the report has no benchmark grid (sglang_benchmark_grid_run was false)")
+    contexts, concurrencies, matrix = grid_matrix(grid)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spread = max([abs(v - 1) for row in matrix for v in row if v is not None] + [0.25])
+    fig, ax = plt.subplots(figsize=(1.6 * len(concurrencies) + 3, 1.1 * len(contexts) + 2), dpi=100)
+    masked = [[float("nan") if v is None else v for v in row] for row in matrix]
+    image = ax.imshow(masked, cmap="RdYlGn", vmin=1 - spread, vmax=1 + spread, aspect="auto")
+    ax.set_xticks(range(len(concurrencies)), [str(c) for c in concurrencies])
+    ax.set_yticks(range(len(contexts)), ["short" if x == 0 else str(x) for x in contexts])
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("context (prompt tokens)")
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            ax.text(j, i, "-" if value is None else f"{value:.2f}x", ha="center", va="center", fontsize=10)
+    fig.colorbar(image, ax=ax, label=f"{grid.get('candidate')} / {grid.get('baseline')} output tok/s")
+    ax.set_title(
+        f"where {grid.get('candidate')} pays: {report.get('host', '-')}, release {report.get('release', '-')}".lower(), fontsize=10
+    )
+    return png(fig), {"measured": sum(v is not None for row in matrix for v in row)}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="Draw a release report's chart.png on the controller")
     parser.add_argument("--report", required=True, help="report.json")
     parser.add_argument("--out", required=True, help="chart.png to write")
     parser.add_argument("--last", type=int, default=8, help="releases shown")
+    parser.add_argument("--grid-out", help="grid.png to write when the report has a benchmark grid")
     args = parser.parse_args(argv)
 
     def make() -> tuple[bytes, dict[str, Any]]:
         data, counts = draw(read_report(args.report), args.last)
         return data, {"bars": counts}
 
-    return run_chart("bench_chart", args.report, args.out, make)
+    status = run_chart("bench_chart", args.report, args.out, make)
+    if status or not args.grid_out or not (read_report(args.report).get("benchmark") or {}).get("grid"):
+        return status
+
+    def make_grid() -> tuple[bytes, dict[str, Any]]:
+        data, counts = draw_grid(read_report(args.report))
+        return data, {"grid_points": counts["measured"]}
+
+    return run_chart("bench_chart", args.report, args.grid_out, make_grid)
 
 
 if __name__ == "__main__":

@@ -435,6 +435,35 @@ def test_a_server_that_diverges_only_under_speculation_fails_the_agreement() -> 
     assert target_answers.ok  # the target alone answers right
 
 
+def test_the_benchmark_verdict_carries_the_greedy_agreement_of_eagle3_and_the_target_alone() -> None:
+    """What the sglang_benchmark role does with two profiles: module sglang_answers' greedy check while each serves,
+    then report.with_agreement on both records (through JSON, as the module returns them)."""
+    from sglang_sm120.serve.answers import record_greedy
+    from sglang_sm120.serve.report import BenchError, with_agreement
+
+    with standin("spec-diverge", *SPEC) as diverging, standin("right") as target, standin("right", *SPEC) as good:
+        records = {
+            name: json.loads(json.dumps(record_greedy(url, {}, 30.0, tokens=24).to_dict()))
+            for name, url in (("broken", diverging), ("baseline", target), ("eagle3", good))
+        }
+    assert all(r["ok"] and len(r["details"]["outputs"]) == len(answer_checks.GREEDY_PROMPTS) for r in records.values())
+    speed = {"baseline": "baseline", "candidate": "eagle3", "gate": "fail", "status": "pass", "message": "eagle3 is faster"}
+    fine = with_agreement(dict(speed), {"baseline": records["baseline"], "eagle3": records["eagle3"]}, 0.9)
+    assert fine["status"] == "pass" and fine["agreement"]["rate"] == 1.0 and fine["agreement"]["basis"] == "token ids"
+    assert (
+        fine["message"]
+        == "eagle3 is faster; greedy outputs: eagle3 agrees with baseline on 8 of 8 prompts (token ids; at least 90% wanted)"
+    )
+    broken = with_agreement(dict(speed), {"baseline": records["baseline"], "eagle3": records["broken"]}, 0.9)
+    assert broken["status"] == "fail" and not broken["agreement"]["passed"] and broken["agreement"]["first_divergence"]["index"] == 0
+    assert re.search(r"agrees with baseline on 0 of 8 prompts .*, first apart in prompt 0 at token \d+: ", broken["message"])
+    assert broken["message"].endswith("; gate fail: eagle3's outputs leave the target's")
+    assert with_agreement(dict(speed, gate="off"), {"baseline": records["baseline"], "eagle3": records["broken"]}, 0.9)["status"] == "pass"
+    assert with_agreement(dict(speed), {"eagle3": records["eagle3"]}, 0.9)["agreement"] is None  # one profile: nothing compared
+    with pytest.raises(BenchError, match="sglang_benchmark_agreement_min must be a share from 0 to 1, found 2"):
+        with_agreement(dict(speed), {"baseline": records["baseline"], "eagle3": records["eagle3"]}, 2)
+
+
 def test_the_completions_api_and_the_api_key_are_used() -> None:
     key = "sk-answer-checks-0123"
     with standin("right", "--api-key", key) as url:

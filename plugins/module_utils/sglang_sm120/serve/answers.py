@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..errors import ToolkitError
-from .answer_checks import AnswerChecksTimeout, run_answer_checks
+from .answer_checks import GREEDY_PROMPTS, AnswerChecksTimeout, Generation, collect_greedy, run_answer_checks
 from .bench_client import http_request, served_model
 from .canary import read_api_keys
 
@@ -127,7 +127,8 @@ def check_tool_call(
     return AnswerCheck("tool-call", not reason, reason, round(time.monotonic() - started, 2), text.strip()[:600])
 
 
-CHECKS = ("tool-call", "questions")
+CHECKS = ("tool-call", "questions", "greedy")
+GREEDY_TOKENS = 64  # tokens of each greedy output the benchmark compares between the EAGLE-3 server and the target alone
 KEPT = 3  # wrong answers and findings kept per phase in a record
 
 
@@ -174,6 +175,29 @@ def check_questions(url: str, keys: Mapping[str, str], asking: Mapping[str, Any]
     )
 
 
+def record_greedy(url: str, keys: Mapping[str, str], timeout: float, tokens: int = GREEDY_TOKENS) -> AnswerCheck:
+    """The greedy outputs (temperature 0, token ids) of GREEDY_PROMPTS, one request at a time, kept whole in `details`
+    (outputs: Generation dicts) for a later comparison with another server's (report.py's greedy agreement: the
+    EAGLE-3 server against the target alone, which the benchmark runs in turn). ok unless a request failed (the
+    reason names the prompt); what the outputs say is judged by the comparison, not here."""
+    started = time.monotonic()
+    try:
+        outputs = collect_greedy(
+            url, GREEDY_PROMPTS, keys, max_new_tokens=tokens, timeout_s=timeout * len(GREEDY_PROMPTS), request_timeout_s=timeout
+        )
+    except AnswerChecksTimeout as exc:
+        return AnswerCheck("greedy", False, str(exc), round(time.monotonic() - started, 2), "", {})
+    problems = [f"prompt {i}: {g.error}" for i, g in enumerate(outputs) if g.error]
+    answer = f"{len(outputs) - len(problems)}/{len(outputs)} greedy outputs of {tokens} tokens recorded"
+    details = {"prompts": list(GREEDY_PROMPTS), "tokens": tokens, "outputs": [g.to_dict() for g in outputs]}
+    return AnswerCheck("greedy", not problems, "; ".join(problems[:KEPT]), round(time.monotonic() - started, 2), answer, details)
+
+
+def greedy_outputs(check: Mapping[str, Any]) -> list[Generation]:
+    """The Generations a greedy check recorded (its dict, as the module returns it)."""
+    return [Generation.from_dict(g) for g in (check.get("details") or {}).get("outputs") or []]
+
+
 def run_checks(
     url: str,
     keys: Mapping[str, str],
@@ -183,13 +207,15 @@ def run_checks(
     questions: Optional[Mapping[str, Any]] = None,
 ) -> list[AnswerCheck]:
     """The checks asked for, in order: 'tool-call' (through `parser`), 'questions' (`questions`: check_questions'
-    `asking`; run_answer_checks' defaults where None)."""
+    `asking`; run_answer_checks' defaults where None), 'greedy' (record_greedy: outputs kept for a comparison)."""
     out = []
     for name in checks:
         if name == "tool-call":
             out.append(check_tool_call(url, keys.get("api-key"), parser, timeout))
         elif name == "questions":
             out.append(check_questions(url, keys, questions or {}, timeout))
+        elif name == "greedy":
+            out.append(record_greedy(url, keys, timeout))
         else:
             raise AnswersError(f"unknown answer check {name!r}: expected one of {', '.join(CHECKS)}")
     return out

@@ -155,7 +155,7 @@ def stream_one(url: str, prompt: str, output_len: int, api_key: Optional[str], t
     chunks' meta_info: `completion_tokens` and `spec_verify_ct` (the target model's verify steps),
     which SGLang (0.5.9 to 0.5.23, tokenizer_manager._calculate_spec_decoding_metrics) puts only in
     the final chunk, beside finish_reason, and only when the server speculates and the request had
-    a verify step; None when absent."""
+    a verify step; None when absent; and `prompt_tokens`, the prompt's length as the server tokenized it."""
     conn, base = _connection(url, timeout)
     body = json.dumps(
         {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}, "stream": True}
@@ -168,6 +168,7 @@ def stream_one(url: str, prompt: str, output_len: int, api_key: Optional[str], t
         "output_tokens": 0,
         "completion_tokens": None,
         "spec_verify_ct": None,
+        "prompt_tokens": None,
         "error": "",
     }
     start = time.perf_counter()
@@ -190,7 +191,7 @@ def stream_one(url: str, prompt: str, output_len: int, api_key: Optional[str], t
                 break
             chunk = json.loads(payload)
             meta = chunk.get("meta_info") if isinstance(chunk.get("meta_info"), Mapping) else {}
-            for key in ("completion_tokens", "spec_verify_ct"):
+            for key in ("completion_tokens", "spec_verify_ct", "prompt_tokens"):
                 if _count(meta.get(key)) is not None:
                     result[key] = meta[key]
             if not chunk.get("text"):
@@ -384,11 +385,14 @@ def run(
     api_key: Optional[str] = None,
     progress: Optional[str] = None,
     timeout: float = 600.0,
+    context_tokens: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Send every prompt, at most `concurrency` at a time; the run record."""
+    """Send every prompt, at most `concurrency` at a time; the run record (with `context_tokens`, the grid's
+    context the prompts were built for, when given)."""
     lock = threading.Lock()
     done = [0]
     started = time.perf_counter()
+    where = "" if context_tokens is None else f" context {context_tokens or 'short'}"
 
     def one(prompt: str) -> dict[str, Any]:
         result = stream_one(url, prompt, output_len, api_key, timeout)
@@ -397,7 +401,7 @@ def run(
             if progress:
                 with open(progress, "a", encoding="utf-8") as handle:
                     handle.write(
-                        f"{profile} concurrency {concurrency}: {done[0]}/{len(prompts)} requests, "
+                        f"{profile} concurrency {concurrency}{where}: {done[0]}/{len(prompts)} requests, "
                         f"{time.perf_counter() - started:.1f} s{'' if result['ok'] else ' (failed: ' + result['error'][:120] + ')'}\n"
                     )
         return result
@@ -417,7 +421,80 @@ def run(
         "accept_source": ACCEPT_SOURCE_REQUESTS,
         "accept_note": note,
         "error": "",
+        **({"context_tokens": context_tokens} if context_tokens is not None else {}),
     }
+
+
+# ------------------------------------------------------------------ the grid's prompts and warm-up
+
+# The calibration sample: this many characters of the prompt set, sent once to learn the server's characters per token.
+CALIBRATION_CHARS = 4000
+
+
+def cycle_prompts(prompts: Sequence[str], count: int) -> list[str]:
+    """`count` prompts, the set repeated in order as often as needed."""
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def prompt_length(url: str, text: str, api_key: Optional[str], timeout: float) -> int:
+    """The prompt's length in tokens as the server tokenizes it (meta_info.prompt_tokens of a 1-token /generate)."""
+    body = {"text": text, "sampling_params": {"temperature": 0.0, "max_new_tokens": 1}}
+    status, answer = http_request(url, "POST", "/generate", api_key, body, timeout=timeout)
+    try:
+        tokens = json.loads(answer)["meta_info"]["prompt_tokens"] if status == 200 else None
+    except (ValueError, KeyError, TypeError):
+        tokens = None
+    if not isinstance(tokens, int) or tokens <= 0:
+        raise PromptError(f"POST {url}/generate did not say the prompt's length (meta_info.prompt_tokens): HTTP {status} {answer[:300]}")
+    return tokens
+
+
+def long_prompts(url: str, prompts: Sequence[str], context_tokens: int, count: int, api_key: Optional[str], timeout: float) -> list[str]:
+    """`count` prompts of about `context_tokens` tokens each, none sharing a prefix with another (SGLang's radix
+    cache would otherwise serve the shared part from memory and the prefill would not be measured): a line naming
+    the request, then the prompt set's text from an offset of its own, repeated to length, then one of the set's
+    prompts. The server's characters per token are measured once on a sample of the same text."""
+    corpus = "\n\n".join(prompts)
+    while len(corpus) < CALIBRATION_CHARS:
+        corpus += "\n\n" + corpus
+    sample = corpus[:CALIBRATION_CHARS]
+    chars_per_token = len(sample) / prompt_length(url, sample, api_key, timeout)
+    out = []
+    for i in range(count):
+        head = f"Request {i + 1} of {count}. Read the notes below, then answer the last question.\n\n"
+        tail = "\n\nQuestion: " + prompts[i % len(prompts)]
+        want = max(0, int(context_tokens * chars_per_token) - len(head) - len(tail))
+        start = (i * 7919) % len(corpus)
+        body = (corpus[start:] + "\n\n" + corpus) * (want // len(corpus) + 2)
+        out.append(head + body[:want] + tail)
+    return out
+
+
+def warm_up(
+    url: str, prompt: str, output_len: int, seconds: float, concurrency: int, api_key: Optional[str], timeout: float
+) -> dict[str, Any]:
+    """Decode for `seconds` before measuring (a cold server reads low: CUDA graphs, caches, clocks): `concurrency`
+    streams of `output_len` tokens each, one after another, until the time is up. {seconds, requests, failed, error}."""
+    ends = time.monotonic() + seconds
+    lock = threading.Lock()
+    counts = {"requests": 0, "failed": 0, "error": ""}
+
+    def stream() -> None:
+        while time.monotonic() < ends:
+            result = stream_one(url, prompt, output_len, api_key, timeout)
+            with lock:
+                counts["requests"] += 1
+                if not result["ok"]:
+                    counts["failed"] += 1
+                    counts["error"] = result["error"]
+                    return
+
+    threads = [threading.Thread(target=stream) for _ in range(max(1, concurrency))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"seconds": seconds, **counts}
 
 
 # Journal lines worth keeping as evidence: a broad keep-filter, no verdicts. What each line means, per
@@ -544,6 +621,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out")
     parser.add_argument("--progress")
     parser.add_argument("--warmup", type=int, default=1, help="requests sent (and not measured) before the run")
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=0.0, help="decode for this long (not measured) before the run, instead of --warmup requests"
+    )
+    parser.add_argument("--requests", type=int, help="requests in the run (the prompt set repeated); default --num-prompts")
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        help="build prompts of about this many tokens, none sharing a prefix (0: the set as it is); recorded in the run (a grid cell)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     parser.add_argument("--evidence", help="write the server's optimisation evidence here instead of measuring")
     parser.add_argument("--unit", help="with --evidence: the systemd unit whose journal is read")
@@ -597,16 +683,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
     try:
-        prompts = load_prompts(args.prompts, args.num_prompts)
+        base = load_prompts(args.prompts, args.num_prompts)
+        prompts = cycle_prompts(base, args.requests or len(base))
+        if args.context_tokens:
+            prompts = long_prompts(args.url, base, args.context_tokens, len(prompts), api_key, args.timeout)
     except PromptError as exc:
         print(exc, file=sys.stderr)
         return 2
-    for prompt in prompts[: args.warmup]:
-        warm = stream_one(args.url, prompt, args.output_len, api_key, args.timeout)
-        if not warm["ok"]:
+    warm = None
+    if args.warmup_seconds > 0:
+        warm = warm_up(args.url, base[0], args.output_len, args.warmup_seconds, min(args.concurrency, 8), api_key, args.timeout)
+        if warm["failed"]:
             print(f"warm-up request to {args.url}/generate failed: {warm['error']}", file=sys.stderr)
             return 3
-    record = run(args.url, prompts, args.output_len, args.concurrency, args.profile, api_key, args.progress, args.timeout)
+    for prompt in [] if warm else base[: args.warmup]:
+        warm_one = stream_one(args.url, prompt, args.output_len, api_key, args.timeout)
+        if not warm_one["ok"]:
+            print(f"warm-up request to {args.url}/generate failed: {warm_one['error']}", file=sys.stderr)
+            return 3
+    record = run(
+        args.url,
+        prompts,
+        args.output_len,
+        args.concurrency,
+        args.profile,
+        api_key,
+        args.progress,
+        args.timeout,
+        context_tokens=args.context_tokens,
+    )
+    if warm:
+        record["warmup"] = warm
     write_atomic(args.out, record)
     failed = sum(1 for r in record["requests"] if not r["ok"])
     print(f"{args.profile} concurrency {args.concurrency}: {len(prompts) - failed}/{len(prompts)} requests in {record['duration_s']:.2f} s")

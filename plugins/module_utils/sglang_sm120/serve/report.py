@@ -40,6 +40,8 @@ from typing import Any, Optional
 from ..build.closure_lock import normalize_name, wheel_name_version
 from ..errors import ToolkitError
 from . import evidence as server_evidence
+from .answer_checks import Generation, compare_greedy
+from .grid import grid_lines, grid_section, report_cell
 from .reference import Reference, read_references, reference_lines
 
 GATES = ("warn", "fail", "off")
@@ -107,6 +109,7 @@ def summarize(run: Mapping[str, Any]) -> dict[str, Any]:
     elif duration <= 0:
         problem = f"duration_s must be positive, found {run.get('duration_s')!r}"
     measured = bool(done) and duration > 0
+    prompt_lengths = [int(r["prompt_tokens"]) for r in done if isinstance(r.get("prompt_tokens"), int)]
     accept = run.get("accept_length")
     accept = round(float(accept), 3) if isinstance(accept, (int, float)) and not isinstance(accept, bool) and accept > 0 else None
     return {
@@ -127,6 +130,8 @@ def summarize(run: Mapping[str, Any]) -> dict[str, Any]:
         "itl_ms": _stats_ms([float(x) for r in done for x in (r.get("itl_s") or [])]),
         "latency_ms": _stats_ms([float(r["latency_s"]) for r in done if r.get("latency_s") is not None]),
         "accept_length": accept,
+        # the prompts' mean length as the server counted it (toolkit client; None where the responses do not say)
+        "prompt_tokens": round(sum(prompt_lengths) / len(prompt_lengths)) if prompt_lengths else None,
         # How it was measured (also when it could not be), and why there is no number.
         "accept_source": str(run.get("accept_source") or "") or None,
         "accept_note": "" if accept is not None else str(run.get("accept_note") or "") or "no accept length recorded",
@@ -314,12 +319,14 @@ def build_report(
     evidence: Optional[Mapping[str, Mapping[str, Any]]] = None,
     router: Optional[Mapping[str, Any]] = None,
     reference: Sequence[Reference] = (),
+    grid: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """report.json: what runs (versions and hashes, patches, audit, flags, health, optimisations
     with what was seen of them) and how fast, for one release on one host. ``evidence`` is
     {profile: read_evidence(...)}: what the server showed while that profile was measured.
     ``router``: behind a router, the worker's leave and drain in this deploy (router_summary). ``reference``:
-    others' published figures for this hardware (reference.read_references), shown beside the host's own."""
+    others' published figures for this hardware (reference.read_references), shown beside the host's own. ``grid``:
+    the benchmark grid's section (grid.grid_section), or None when no grid was measured."""
     service = manifest.get("service") or {}
     findings = service.get("runtime_findings") or []
     patches = manifest.get("patches") if isinstance(manifest.get("patches"), Mapping) else {}
@@ -379,7 +386,12 @@ def build_report(
             "log_lines": len(seen.get("log") or []),
             "error": seen.get("error") or ("" if seen else f"no evidence recorded for profile {configured_profile}"),
         },
-        "benchmark": {"settings": dict(settings), "profiles": {p: dict(f) for p, f in figures.items()}, "verdict": dict(verdict_)},
+        "benchmark": {
+            "settings": dict(settings),
+            "profiles": {p: dict(f) for p, f in figures.items()},
+            "verdict": dict(verdict_),
+            "grid": dict(grid) if grid else None,
+        },
         "canary": canary_summary(manifest.get("canary")),
         "fabric": fabric_summary(manifest.get("fabric")),
         "router": router_summary(router),
@@ -717,6 +729,7 @@ def render_markdown(report: Mapping[str, Any], chart_name: str = "chart.png") ->
         "",
         f"![tok/s per release and profile, TTFT, ITL, accept length (drawn on the controller)]({chart_name})",
     ]
+    lines += grid_lines(bench.get("grid") or {})
     lines += reference_lines(report.get("reference") or [])
     lines += ["", "## What runs", ""]
     versions = report.get("versions") or {}
@@ -820,6 +833,65 @@ def write_report_dir(
 # ------------------------------------------------------------------ the module's work
 
 
+def grid_from_cells(
+    cells: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    figures: dict[str, dict[str, dict[str, Any]]],
+    baseline: str,
+    candidate: str,
+    margin: float,
+    workload: Any,
+    batch_concurrency: Any,
+) -> Optional[dict[str, Any]]:
+    """The grid section of the grid's cells (None without any), and, for a profile measured only in the grid, its
+    concurrency-1 and batch figures (which the verdict, the gate and the history read) taken from the grid's
+    shortest context: concurrency 1, and the batch concurrency of the settings (else the grid's largest)."""
+    if not cells:
+        return None
+    for profile in {cell["profile"] for cell, _ in cells}:
+        own = [(cell, summary) for cell, summary in cells if cell["profile"] == profile]
+        shortest = min(cell["context_tokens"] for cell, _ in own)
+        row = {cell["concurrency"]: summary for cell, summary in own if cell["context_tokens"] == shortest}
+        slots = figures.setdefault(profile, {})
+        if 1 in row:
+            slots.setdefault("c1", row[1])
+        batch = int(batch_concurrency) if str(batch_concurrency or "").isdigit() and int(batch_concurrency) in row else max(row)
+        if batch != 1:
+            slots.setdefault("batch", row[batch])
+    return grid_section([cell for cell, _ in cells], baseline, candidate, margin, workload)
+
+
+def with_agreement(judged: dict[str, Any], greedy: Mapping[str, Any], threshold: float) -> dict[str, Any]:
+    """The verdict with the greedy agreement of the candidate and the baseline (the target alone) when both recorded
+    their greedy outputs (module sglang_answers' greedy check, {profile: check}): greedy speculative decoding is exact up
+    to numerics, so outputs that leave the target's show a broken draft or verify path however fast it is. Below the
+    threshold the verdict trips like the speed gate (warn or fail; off never trips)."""
+    base, cand = greedy.get(judged["baseline"]), greedy.get(judged["candidate"])
+    if not base or not cand:
+        return {**judged, "agreement": None}
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+        raise BenchError(f"sglang_benchmark_agreement_min must be a share from 0 to 1, found {threshold!r}")
+    prompts = list((cand.get("details") or {}).get("prompts") or [])
+    if prompts != list((base.get("details") or {}).get("prompts") or []):
+        raise BenchError("greedy: the two profiles' greedy outputs are not of the same prompts; record both with the same release")
+    outputs = {name: [Generation.from_dict(g) for g in (check.get("details") or {}).get("outputs") or []] for name, check in greedy.items()}
+    labels = (judged["candidate"], f"{judged['baseline']} (the target alone)")
+    agreement = compare_greedy(prompts, outputs[judged["candidate"]], outputs[judged["baseline"]], threshold, labels).to_dict()
+    message = (
+        f"greedy outputs: {judged['candidate']} agrees with {judged['baseline']} on {agreement['agreed']} of {agreement['prompts']} "
+        f"prompts ({agreement['basis']}; at least {threshold:.0%} wanted)"
+    )
+    first = agreement["first_divergence"]
+    if first:
+        where = f"token {first['token_offset']}" if first["token_offset"] is not None else f"character {first['char_offset']}"
+        message += f", first apart in prompt {first['index']} at {where}: {first['first']!r} vs {first['second']!r}"
+    out = {**judged, "agreement": {**agreement, "message": message}}
+    out["message"] = f"{judged['message']}; {message}"
+    if not agreement["passed"] and judged["gate"] != "off":
+        out["status"] = judged["gate"]
+        out["message"] += f"; gate {judged['gate']}: {judged['candidate']}'s outputs leave the target's"
+    return out
+
+
 def report_release(
     releases: Any,
     release: str,
@@ -837,6 +909,10 @@ def report_release(
     router: Optional[Mapping[str, Any]] = None,
     report_dir: Optional[str] = None,
     reference: Any = None,
+    grid_margin: float = 0.05,
+    workload: Any = None,
+    greedy: Optional[Mapping[str, Any]] = None,
+    agreement_min: float = 0.5,
     check_mode: bool = False,
 ) -> dict[str, Any]:
     """What plugins/modules/sglang_report.py does on the host for ``release`` of ``releases`` (a
@@ -849,34 +925,49 @@ def report_release(
     references = read_references(reference, "reference")
     try:
         figures: dict[str, dict[str, dict[str, Any]]] = {}
+        cells: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for item in runs:
-            if item.get("slot") not in ("c1", "batch") or not item.get("profile") or not item.get("path"):
-                raise BenchError(f"runs: each item needs profile, slot (c1 or batch) and path, found {item}")
+            if item.get("slot") not in ("c1", "batch", "grid") or not item.get("profile") or not item.get("path"):
+                raise BenchError(f"runs: each item needs profile, slot (c1, batch or grid) and path, found {item}")
             run = load_run(item["path"], item["profile"], output_len)
-            figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
+            if item["slot"] != "grid":
+                figures.setdefault(item["profile"], {})[item["slot"]] = summarize(run)
+                continue
+            context = item.get("context_tokens")
+            if not isinstance(context, int) or isinstance(context, bool) or context < 0:
+                raise BenchError(f"runs: a grid item needs context_tokens, an integer >= 0, found {item}")
+            summary = summarize(run)
+            cells.append((report_cell(item["profile"], context, summary), summary))
+        grid = grid_from_cells(cells, figures, baseline, candidate, grid_margin, workload, (settings or {}).get("batch_concurrency"))
         seen = {str(profile): read_evidence(path) for profile, path in (evidence or {}).items()}
-        judged = verdict(figures, baseline, candidate, gate, threshold)
+        judged = with_agreement(verdict(figures, baseline, candidate, gate, threshold), greedy or {}, agreement_min)
         record = releases.load()
         releases.get(record, release)
         manifest = json.loads((releases.path(release) / "manifest.json").read_text(encoding="utf-8"))
         entry = record_entry(figures, judged)
+        if grid:
+            entry["grid"] = [{k: r[k] for k in ("concurrency", "context_tokens", "ratio")} for r in grid["ratios"]]
         record["releases"][release]["benchmark"] = entry
         report = build_report(
-            host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen, router, references
+            host, manifest, figures, judged, configured_profile, history_from_record(record), settings or {}, seen, router, references, grid
         )
         markdown = render_markdown(report)
         directory = report_dir or str(releases.path(release) / "report")
         files = [str(Path(directory) / n) for n in ("report.json", "report.md")]
         if not check_mode:
             releases.annotate(release, "benchmark", entry)
-            releases.update_manifest(release, {"benchmark": {"figures": figures, "verdict": judged, "settings": settings or {}}})
+            releases.update_manifest(
+                release, {"benchmark": {"figures": figures, "verdict": judged, "settings": settings or {}, "grid": grid}}
+            )
             files = write_report_dir(directory, report, markdown)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
     return dict(
         figures=figures,
-        lines=figure_lines(figures),
+        lines=figure_lines(figures)
+        + ([grid["summary"], *(r["message"] for r in grid["regions"]), grid["workload"]["message"]] if grid else []),
         verdict=judged,
+        grid=grid,
         optimisations=report["optimisations"],
         files=files,
         report_dir=directory,
