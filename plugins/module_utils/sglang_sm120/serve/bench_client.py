@@ -620,9 +620,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--profile")
     parser.add_argument("--out")
     parser.add_argument("--progress")
-    parser.add_argument("--warmup", type=int, default=1, help="requests sent (and not measured) before the run")
     parser.add_argument(
-        "--warmup-seconds", type=float, default=0.0, help="decode for this long (not measured) before the run, instead of --warmup requests"
+        "--warmup", type=int, default=1, help="requests sent (and not measured) before the run, at its context when --context-tokens"
+    )
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=0.0, help="decode for this long (not measured) before the --warmup requests"
     )
     parser.add_argument("--requests", type=int, help="requests in the run (the prompt set repeated); default --num-prompts")
     parser.add_argument(
@@ -685,8 +687,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         base = load_prompts(args.prompts, args.num_prompts)
         prompts = cycle_prompts(base, args.requests or len(base))
+        warm_prompts = base[: args.warmup]
         if args.context_tokens:
-            prompts = long_prompts(args.url, base, args.context_tokens, len(prompts), api_key, args.timeout)
+            # the warm-up requests at the cell's own length (a first long prefill compiles its kernels: not measured),
+            # with prompts of their own, so that none of them leaves a measured prompt in the radix cache
+            built = long_prompts(args.url, base, args.context_tokens, len(prompts) + args.warmup, api_key, args.timeout)
+            prompts, warm_prompts = built[: len(prompts)], built[len(prompts) :]
     except PromptError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -696,7 +702,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if warm["failed"]:
             print(f"warm-up request to {args.url}/generate failed: {warm['error']}", file=sys.stderr)
             return 3
-    for prompt in [] if warm else base[: args.warmup]:
+    for prompt in warm_prompts:
         warm_one = stream_one(args.url, prompt, args.output_len, api_key, args.timeout)
         if not warm_one["ok"]:
             print(f"warm-up request to {args.url}/generate failed: {warm_one['error']}", file=sys.stderr)
