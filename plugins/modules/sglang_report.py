@@ -234,6 +234,8 @@ def main() -> None:
         "reference",
         "grid_margin",
         "workload",
+        "greedy",
+        "agreement_min",
     )
     options = {name: p[name] for name in names}
     args = (Releases(p["root"]), p["release"], p["host"], p["runs"], p["output_len"], p["configured_profile"])
