@@ -894,3 +894,30 @@ def test_the_grid_module_lays_out_the_cells_and_refuses_a_grid_over_its_bound() 
     assert over.get("failed") and "over sglang_benchmark_grid_max_minutes (1): 8 cells" in over["msg"], over
     unknown = run_module("sglang_bench_grid", args | {"assumed": {"decode": 5}})
     assert unknown.get("failed") and "sglang_benchmark_grid_assumed: unknown key decode" in unknown["msg"], unknown
+
+
+def test_the_report_module_judges_the_greedy_agreement_and_the_grid_it_is_given(tmp_path: Path) -> None:
+    """Through real Ansible, with the greedy records and a grid cell from the real GPU capture (0.5.13-h100-grid)."""
+    from test_modules import run_module
+
+    from sglang_sm120.release.records import Releases
+
+    capture = DATA / "real-server/0.5.13-h100-grid"
+    releases = Releases(tmp_path / "opt")
+    rid = releases.create("c" * 64, {})
+    releases.set_state(rid, "ready")
+    greedy = {name: json.loads((capture / f"greedy-{name}.json").read_text()) for name in ("eagle3", "baseline")}
+    runs = [
+        {"profile": name, "slot": "grid", "context_tokens": 0, "path": str(capture / f"run-{name}-c1-x0.json")}
+        for name in ("eagle3", "baseline")
+    ]
+    args = {"root": str(tmp_path / "opt"), "release": rid, "host": "gpu-1", "output_len": 64, "configured_profile": "eagle3", "runs": runs}
+    result = run_module(
+        "sglang_report", args | {"greedy": greedy, "agreement_min": 0.25, "workload": {"concurrency": 1, "context_tokens": 0}}
+    )
+    assert not result.get("failed"), result.get("msg")
+    agreement = result["verdict"]["agreement"]
+    assert (agreement["agreed"], agreement["prompts"], agreement["passed"]) == (2, 8, True)
+    assert result["grid"]["ratios"][0]["class"] == "loses" and result["grid"]["workload"]["profile"] == "baseline"
+    strict = run_module("sglang_report", args | {"greedy": greedy, "agreement_min": 0.5, "gate": "fail"})
+    assert strict["verdict"]["status"] == "fail" and strict["verdict"]["message"].endswith("eagle3's outputs leave the target's")
