@@ -228,28 +228,31 @@ def gpu(out: Path) -> str:
     return line
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def proof_setup(kind: str, description: str, start_budget: float) -> tuple[argparse.Namespace, Path, Path, dict[str, Any]]:
+    """A two-server proof's command line (--out, --start-budget, --servers) and folders: DIR/<kind>/ for what is kept,
+    /tmp/proof/<kind>/ for the work; the summary an earlier call left in DIR (the servers one per call), else a new one,
+    with the GPU and the SGLang release of this call."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--start-budget", type=float, default=300.0)
+    parser.add_argument("--start-budget", type=float, default=start_budget)
     parser.add_argument("--servers", default="eagle3,baseline", help="which servers this run starts (a later run adds to DIR)")
     args = parser.parse_args()
-    out = Path(args.out) / "answers"
+    out = Path(args.out) / kind
     out.mkdir(parents=True, exist_ok=True)
-    work = Path("/tmp/proof/answers")
+    work = Path("/tmp/proof") / kind
     work.mkdir(parents=True, exist_ok=True)
-    # A run that adds to an earlier one's DIR (the servers one per call) keeps its summary, key and tiny models.
     before = out / "summary.json"
     summary: dict[str, Any] = json.loads(before.read_text()) if before.exists() else {"servers": {}}
-    summary.update(python=sys.version.split()[0], questions=QUESTIONS, burst=BURST, seed=SEED)
+    summary["python"] = sys.version.split()[0]
     summary["gpu"] = gpu(out)
     summary["sglang_version"] = proof._sglang_version()
+    return args, out, work, summary
 
-    def save() -> None:
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
+def tiny_pair_flags(work: Path, summary: dict[str, Any]) -> tuple[list[str], Path, dict[str, str]]:
+    """The eagle3 server's flags for the tiny Kimi-shaped pair (made once in `work`), CUDA graphs for batch sizes 1 and
+    4, and the API-keys file (an earlier call's, so its key) with the keys as the deploy's checks read them."""
     models = canary_proof.tiny(work / "models", "kimi-k2.5-nvfp4", "kimi-k2.5-eagle3", unquantized=True)
-    target, draft = Path(models["target"]), Path(models["draft"])
     summary["tiny_models_key"] = models.get("key")
     keys_file = work / "api-keys.yaml"
     if keys_file.exists():
@@ -257,10 +260,20 @@ def main() -> int:
     else:
         keys_file.write_text(f"api-key: {json.dumps(proof.KEY)}\n")
         keys_file.chmod(0o640)
-    keys = answers.service_keys(str(keys_file))  # as the deploy's answer checks read the service's keys file
-    argv = proof.flags(target, draft, keys_file)
+    argv = proof.flags(Path(models["target"]), Path(models["draft"]), keys_file)
     at = argv.index("--cuda-graph-max-bs")
     argv[at : at + 2] = ["--cuda-graph-bs", "1", "4"]
+    return argv, keys_file, answers.service_keys(str(keys_file))
+
+
+def main() -> int:
+    args, out, work, summary = proof_setup("answers", __doc__.split("\n")[0], 300.0)
+    summary.update(questions=QUESTIONS, burst=BURST, seed=SEED)
+
+    def save() -> None:
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    argv, keys_file, keys = tiny_pair_flags(work, summary)
 
     greedy: dict[str, list[Generation]] = {}
     for name in ("eagle3", "baseline"):  # an earlier run's greedy outputs

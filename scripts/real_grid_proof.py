@@ -24,8 +24,6 @@ agreement.json, server-<server>.log trimmed, health-<server>.tsv, nvidia-smi.txt
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -37,11 +35,10 @@ from sglang_sm120.serve.grid import grid_section, plan_grid, report_cell
 from sglang_sm120.serve.report import summarize, with_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("real_answers_proof", ROOT / "scripts/real_answers_proof.py")
-assert _spec and _spec.loader
-answers_proof = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(answers_proof)
-proof, canary_proof = answers_proof.proof, answers_proof.canary_proof
+sys.path.insert(0, str(ROOT / "scripts"))  # the answers proof's set-up: its servers, tiny models and key
+import real_answers_proof as answers_proof  # noqa: E402
+
+proof = answers_proof.proof
 
 GRID = {"concurrency": [1, 4], "context_tokens": ["short", 1024]}
 OUTPUT_LEN = 64
@@ -73,20 +70,8 @@ def measure(name: str, cells: list[dict[str, Any]], keys_file: Path, keys: dict[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--start-budget", type=float, default=400.0)
-    parser.add_argument("--servers", default="eagle3,baseline", help="which servers this run starts (a later run adds to DIR)")
-    args = parser.parse_args()
-    out = Path(args.out) / "grid"
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path("/tmp/proof/grid")
-    work.mkdir(parents=True, exist_ok=True)
-    before = out / "summary.json"  # a run that adds to an earlier one's DIR (one server per call) keeps its summary
-    summary: dict[str, Any] = json.loads(before.read_text()) if before.exists() else {"servers": {}}
-    summary.update(grid=GRID, output_len=OUTPUT_LEN, python=sys.version.split()[0])
-    summary["gpu"] = answers_proof.gpu(out)
-    summary["sglang_version"] = proof._sglang_version()
+    args, out, work, summary = answers_proof.proof_setup("grid", __doc__.split("\n")[0], 400.0)
+    summary.update(grid=GRID, output_len=OUTPUT_LEN)
 
     def save() -> None:
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -96,17 +81,7 @@ def main() -> int:
         decode_tok_s=100, prefill_tok_s=20000, restart_s=200, max_minutes=30,
     )  # fmt: skip
     (out / "plan.json").write_text(json.dumps(plan, indent=1))
-    models = canary_proof.tiny(work / "models", "kimi-k2.5-nvfp4", "kimi-k2.5-eagle3", unquantized=True)
-    keys_file = work / "api-keys.yaml"
-    if keys_file.exists():
-        proof.KEY = answers.service_keys(str(keys_file))["api-key"]
-    else:
-        keys_file.write_text(f"api-key: {json.dumps(proof.KEY)}\n")
-        keys_file.chmod(0o640)
-    keys = answers.service_keys(str(keys_file))
-    argv = proof.flags(Path(models["target"]), Path(models["draft"]), keys_file)
-    at = argv.index("--cuda-graph-max-bs")
-    argv[at : at + 2] = ["--cuda-graph-bs", "1", "4"]
+    argv, keys_file, keys = answers_proof.tiny_pair_flags(work, summary)
     results: dict[str, Any] = {}
     for name, flags in (("eagle3", argv), ("baseline", answers_proof.baseline_argv(argv))):
         if name not in args.servers.split(","):
