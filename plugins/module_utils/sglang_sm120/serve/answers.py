@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..errors import ToolkitError
-from .answer_checks import GREEDY_PROMPTS, AnswerChecksTimeout, Generation, collect_greedy, run_answer_checks
+from .answer_checks import GREEDY_PROMPTS, AnswerChecksTimeout, collect_greedy, run_answer_checks
 from .bench_client import http_request, served_model
 from .canary import read_api_keys
 
@@ -191,11 +191,6 @@ def record_greedy(url: str, keys: Mapping[str, str], timeout: float, tokens: int
     answer = f"{len(outputs) - len(problems)}/{len(outputs)} greedy outputs of {tokens} tokens recorded"
     details = {"prompts": list(GREEDY_PROMPTS), "tokens": tokens, "outputs": [g.to_dict() for g in outputs]}
     return AnswerCheck("greedy", not problems, "; ".join(problems[:KEPT]), round(time.monotonic() - started, 2), answer, details)
-
-
-def greedy_outputs(check: Mapping[str, Any]) -> list[Generation]:
-    """The Generations a greedy check recorded (its dict, as the module returns it)."""
-    return [Generation.from_dict(g) for g in (check.get("details") or {}).get("outputs") or []]
 
 
 def run_checks(

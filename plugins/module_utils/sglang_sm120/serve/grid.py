@@ -48,15 +48,15 @@ class Cell:
         return f"c{self.concurrency}-x{self.context_tokens}"
 
 
-def _positive_ints(value: Any, name: str, minimum: int) -> list[int]:
+def _positive_ints(value: Any, name: str, minimum: int, short: bool = False) -> list[int]:
     items = value if isinstance(value, list) else None
     if not items:
         raise GridError(f"{name}: expected a non-empty list of integers >= {minimum}, found {value!r}")
     out = []
     for item in items:
-        number = SHORT if name.endswith("context_tokens") and item == "short" else item
+        number = SHORT if short and item == "short" else item
         if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
-            raise GridError(f"{name}: expected integers >= {minimum}{' or short' if minimum == 0 else ''}, found {item!r} in {value!r}")
+            raise GridError(f"{name}: expected integers >= {minimum}{' or short' if short else ''}, found {item!r} in {value!r}")
         out.append(number)
     if len(set(out)) != len(out):
         raise GridError(f"{name}: each value once, found {value!r}")
@@ -70,9 +70,8 @@ def read_grid(grid: Any, name: str = "sglang_benchmark_grid") -> tuple[list[int]
     unknown = sorted(set(grid) - {"concurrency", "context_tokens"})
     if unknown:
         raise GridError(f"{name}: unknown key {', '.join(map(str, unknown))} (expected concurrency and context_tokens)")
-    return _positive_ints(grid.get("concurrency"), f"{name}.concurrency", 1), _positive_ints(
-        grid.get("context_tokens"), f"{name}.context_tokens", 0
-    )
+    concurrencies = _positive_ints(grid.get("concurrency"), f"{name}.concurrency", 1)
+    return concurrencies, _positive_ints(grid.get("context_tokens"), f"{name}.context_tokens", 0, short=True)
 
 
 def read_workload(workload: Any, name: str = "sglang_benchmark_workload") -> Optional[tuple[int, int]]:
