@@ -73,6 +73,7 @@ from sglang_sm120.launch.server_args import (
 from sglang_sm120.launch.start_failures import (
     Context,
     Entry,
+    FactsError,
     HostFacts,
     ModelFacts,
     Verdict,
@@ -99,6 +100,10 @@ class FlagSet:
     model: Optional[Path] = None  # the model's config files here (replaces --model-path's value for SGLang)
     draft_model: Optional[Path] = None  # the draft's (replaces --speculative-draft-model-path's value)
     label: Optional[str] = None
+    # The host facts the catalogue judges this launch against, where they differ from the call's `host` (one plan
+    # on several hosts of a fleet, in one import of SGLang). SGLang's device (capability, GPU count and memory) is the
+    # call's for every flag set; check_flag_sets refuses a host whose GPUs differ from it.
+    host: Optional[HostFacts] = None
 
 
 @dataclass
@@ -369,6 +374,16 @@ def check_flag_sets(
     prepared = [_prepare(fs, aliases) for fs in flag_sets]
     runtime = find_runtime(version, python, cache)
     device, device_from = device_for(host, gpu_cc, flashinfer_pin(sglang), version)
+    for fs in flag_sets:
+        if fs.host is not None and fs.host.gpus:
+            other, _ = device_for(fs.host, gpu_cc, None, version)
+            if (other["capability"], other["count"], other["memory_mib"]) != (device["capability"], device["count"], device["memory_mib"]):
+                raise FactsError(
+                    f"flag set {fs.label or fs.argv}: its host facts ({fs.host.source}) have {other['count']} GPU(s) of "
+                    f"{other['memory_mib']} MiB, capability {other['capability']}; SGLang is shown {device['count']} of "
+                    f"{device['memory_mib']} MiB, capability {device['capability']} for every flag set of one check: "
+                    "check such a host in a call of its own"
+                )
     release = _Release(
         sglang=sglang,
         version=version,
@@ -562,7 +577,7 @@ def _catalogue(
         capability=release.capability,
         model=prepared.model_facts,
         draft=prepared.draft_facts,
-        host=release.host,
+        host=flag_set.host or release.host,
         model_class=release.model_class,
         registry=release.registry if prepared.draft_facts else None,
         release=read_release_data(release.sglang) if prepared.model_facts or prepared.draft_facts else None,
