@@ -263,8 +263,11 @@ def python_marker(pythons: Sequence[str]) -> str:
 def lock_lines(resolutions: Sequence[Resolution]) -> list[str]:
     """The lock's requirement lines from the hosts' resolutions: a distribution at one version on every host that takes it
     is one line with every sha256 seen; one whose version differs between Pythons is one line per version, each under
-    a python_version marker naming the Pythons that take it (a Python is one version: its hosts differ only in files)."""
+    a python_version marker naming the Pythons that take it (a Python is one version: its hosts differ only in files).
+    A distribution that some resolved Python does not take at all (a backport for older Pythons) carries the marker of
+    those that do, so the lock never pins it for a Python that would not install it."""
     names = sorted({name for r in resolutions for name in r.chosen})
+    every_python = {r.host.python for r in resolutions}
     lines: list[str] = []
     for name in names:
         taken = [(r.host, r.chosen[name]) for r in resolutions if name in r.chosen]
@@ -276,7 +279,8 @@ def lock_lines(resolutions: Sequence[Resolution]) -> list[str]:
                 raise LockRunError(f"{name}: Python {python} resolves two versions on two distributions; lock them one host at a time")
         for group in sorted(by_version.values(), key=lambda g: min(_vt(h.python) for h, _ in g)):
             hashes = sorted({c.sha256 for _, c in group})
-            marker = "" if len(by_version) == 1 else f" ; {python_marker([h.python for h, _ in group])}"
+            everywhere = len(by_version) == 1 and {h.python for h, _ in taken} == every_python
+            marker = "" if everywhere else f" ; {python_marker([h.python for h, _ in group])}"
             head = f"{name}=={group[0][1].version}{marker}"
             lines.append(" \\\n".join([head, *(f"    --hash=sha256:{h}" for h in hashes)]))
     return lines

@@ -181,7 +181,7 @@ class FakePip:
         return CompletedProcess(argv, 0, "", "")
 
 
-def test_the_script_merges_the_hosts_into_one_lock_with_markers_only_where_versions_differ(
+def test_the_script_merges_the_hosts_into_one_lock_with_markers_where_versions_or_takers_differ(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c, d = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
@@ -201,7 +201,7 @@ def test_the_script_merges_the_hosts_into_one_lock_with_markers_only_where_versi
     assert path == tmp_path / "sglang-0.5.23.txt"
     body = text.split("\n\n", 1)[1]
     assert body == (
-        f"exceptiongroup==1.3.0 \\\n    --hash=sha256:{d}\n"
+        f'exceptiongroup==1.3.0 ; python_version == "3.10" \\\n    --hash=sha256:{d}\n'
         f"fastapi==0.115.6 \\\n    --hash=sha256:{b} \\\n    --hash=sha256:{c}\n"
         f'numpy==2.2.6 ; python_version == "3.10" \\\n    --hash=sha256:{c}\n'
         f'numpy==2.3.5 ; python_version == "3.11" or python_version == "3.12" \\\n    --hash=sha256:{a} \\\n    --hash=sha256:{d}\n'
