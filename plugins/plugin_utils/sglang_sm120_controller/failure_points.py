@@ -45,6 +45,8 @@ SCOPE = (
     "srt/layers/attention/*backend.py",
     "srt/layers/moe/utils.py",
     "srt/layers/moe/fused_moe_triton/layer.py",
+    "srt/layers/moe/moe_runner/runner.py",
+    "srt/layers/moe/token_dispatcher/*.py",
     "srt/speculative/*.py",
     "srt/model_executor/*.py",
     "srt/managers/scheduler.py",
@@ -55,7 +57,10 @@ BEFORE_LOAD = re.compile(
     r"server_args|\bargs\.|model_config|hf_config|hf_text_config|quant_config|quantization|architectures|"
     r"kv_cache_dtype|attention_backend|\bdtype\b|context_len|num_attention_heads|num_key_value_heads|head_dim|"
     r"get_device_capability|is_sm\d+|is_blackwell|is_hopper|is_cuda|is_hip|is_npu|_is_\w+|device_capability|"
-    r"tp_size|pp_size|dp_size|ep_size|world_size|speculative_\w+|page_size|moe_runner|enable_\w+|disable_\w+"
+    r"tp_size|pp_size|dp_size|ep_size|world_size|speculative_\w+|page_size|moe_runner|enable_\w+|disable_\w+|"
+    # MoeRunner's constructor: the runner and all-to-all backends (flags), the fused function their pair registers
+    # (read from the release's sources), the capability major it was given
+    r"runner_backend|a2a_backend|fused_func\b|\bmajor\b"
 )
 RUNTIME = re.compile(
     r"torch\.|\.shape\b|\.numel|\.size\(|memory|mem_|avail|cuda_graph|capture|weight|\.load|load_|file|path|exists|"
@@ -115,7 +120,9 @@ def _exception(node: Optional[ast.AST]) -> str:
 
 
 def classify(condition: str, message: str, kind: str, exception: str) -> str:
-    if exception in ("NotImplementedError", "(re-raise)") or (not condition and kind == "raise"):
+    # a bare raise (an abstract method's NotImplementedError among them) has nothing to decide it by; a
+    # NotImplementedError under a condition is a refusal like any other (MoeRunner: no fused function for the pair)
+    if exception == "(re-raise)" or (not condition and kind == "raise"):
         return "not-decidable"
     text = f"{condition} {message}"
     runtime = RUNTIME.search(condition) is not None or exception in ("ImportError", "ModuleNotFoundError", "FileNotFoundError", "OSError")

@@ -123,6 +123,9 @@ CASES: dict[str, Case] = {
     "quantization-flag-not-backed-by-checkpoint": Case(["--quantization", "fp8", "--kv-cache-dtype", "bfloat16"]),
     # 0.5.9 refuses trtllm_mha on capability 12; 0.5.19 on takes it there, but not with an FP8 KV cache for prefill
     "backend-refuses-capability-or-kv-dtype": Case(["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"], model="llama"),
+    "moe-runner-backend-refused-by-moerunner": Case(
+        ["--moe-runner-backend", "flashinfer_trtllm", "--moe-a2a-backend", "deepep", "--kv-cache-dtype", "bfloat16"]
+    ),
     "remote-code-missing-offline": Case(env={**ALLOW_LONGER, "HF_HUB_OFFLINE": "1"}, model="kimi-no-code"),
     "driver-too-old": Case(host={"driver_version": "570.133.20"}),
     "proprietary-kernel-module-on-blackwell": Case(host={"nvidia_kernel_module": "proprietary"}),

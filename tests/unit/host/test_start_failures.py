@@ -370,6 +370,15 @@ def cases(kimi: Path, host8: HostFacts, registry: set[str], tmp: Path) -> dict[s
             "miss": (dict(argv=["--attention-backend", "triton"], model=llama, release=release), "ok"),
             "outside": None,  # every release: each rule has its own range (a release before 0.5.9 has none)
         },
+        # MoeRunner: flashinfer_trtllm has no runner core and no fused function for (deepep, flashinfer_trtllm)
+        "moe-runner-backend-refused-by-moerunner": {
+            "hit": (
+                dict(argv=["--moe-runner-backend", "flashinfer_trtllm", "--moe-a2a-backend", "deepep"], model=model, release=release),
+                "refused",
+            ),
+            "miss": (dict(argv=["--moe-runner-backend", "flashinfer_trtllm"], model=model, release=release), "ok"),
+            "outside": None,
+        },
         "draft-architecture-unknown": {
             "hit": (dict(argv=EAGLE, draft=odd, registry=registry), "refused"),
             "miss": (dict(argv=EAGLE, draft=draft, registry=registry), "ok"),

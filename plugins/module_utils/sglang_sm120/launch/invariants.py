@@ -67,6 +67,18 @@ class ReleaseData:
     context_length_keys: Optional[list[str]]  # CONTEXT_LENGTH_KEYS, in SGLang's order
     # BACKEND_RULES anchor -> "srt/arg_groups/overrides.py:1212", where the release raises it (absent: not found)
     backend_lines: dict[str, str] = field(default_factory=dict)
+    moe: Optional[MoeRunnerFacts] = None  # MoeRunner's constructor and the fused functions (None: not read)
+
+
+@dataclass(frozen=True)
+class MoeRunnerFacts:
+    """What MoeRunner.__init__ (srt/layers/moe/moe_runner/runner.py) does with a runner backend, without LoRA."""
+
+    core: frozenset[str]  # runner backends it builds a runner core for
+    fused_only: frozenset[str]  # runner backends it leaves to a fused function (runner_core None)
+    fused_pairs: frozenset[tuple[str, str]]  # (a2a backend, runner backend) pairs a register_fused_func registers
+    raise_line: Optional[str]  # "srt/layers/moe/moe_runner/runner.py:NNN": the "requires a fused func" raise
+    sm90_only: frozenset[str] = frozenset()  # runner backends it refuses off capability major 9 (hpc_ops)
 
 
 def _package_texts(sglang: str | Path, prefixes: tuple[str, ...]) -> dict[str, str]:
@@ -402,6 +414,68 @@ def backend_rule_lines(texts: dict[str, str]) -> dict[str, str]:
     return out
 
 
+MOE_RUNNER = "srt/layers/moe/moe_runner/runner.py"
+_FUSED = re.compile(r'^\s*@register_fused_func\(\s*"(\w+)"\s*,\s*"(\w+)"\s*\)', re.MULTILINE)
+_IS_BACKEND = re.compile(r"runner_backend\.is_(\w+)\(\)")
+
+
+def _runner_core_assignments(body: list[ast.stmt]) -> list[ast.expr]:
+    """The values assigned to self.runner_core on the path without LoRA (an `if lora_enabled` takes its else)."""
+    out: list[ast.expr] = []
+    for node in body:
+        if isinstance(node, ast.If) and "lora" in ast.unparse(node.test):
+            out += _runner_core_assignments(node.orelse)
+        elif isinstance(node, ast.If):
+            out += _runner_core_assignments(node.body) + _runner_core_assignments(node.orelse)
+        elif isinstance(node, ast.Assign) and any(ast.unparse(t) == "self.runner_core" for t in node.targets):
+            out.append(node.value)
+    return out
+
+
+def moe_runner_facts(texts: dict[str, str]) -> Optional[MoeRunnerFacts]:
+    """MoeRunner's constructor read from runner.py's if/elif chain on `runner_backend.is_<name>()` (one branch per
+    backend: a runner core built, or None for a fused-only backend), the (a2a, runner) pairs every
+    `@register_fused_func` under srt/layers/moe registers, and the lines where it raises; None when runner.py is
+    not there or does not read as expected."""
+    text = texts.get(MOE_RUNNER)
+    tree = _parse(text) if text else None
+    init = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.ClassDef) and node.name == "MoeRunner":
+            init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None or text is None:
+        return None
+    core: set[str] = set()
+    fused_only: set[str] = set()
+    sm90: set[str] = set()
+    raise_line = None
+    for node in ast.walk(init):
+        if isinstance(node, ast.Raise) and "requires a fused func" in ast.unparse(node):
+            raise_line = f"{MOE_RUNNER}:{node.lineno}"
+        if not isinstance(node, ast.If):
+            continue
+        names = _IS_BACKEND.findall(ast.unparse(node.test))
+        if not names or "get_moe_runner_backend" in ast.unparse(node.test) or " not " in f" {ast.unparse(node.test)}":
+            continue
+        values = _runner_core_assignments(node.body)
+        if not values:
+            if "major != 9" in ast.unparse(node) or any(
+                isinstance(n, ast.Compare) and "major" in ast.unparse(n) and "9" in ast.unparse(n) for n in ast.walk(node)
+            ):
+                sm90.update(names)
+            continue
+        if all(isinstance(v, ast.Constant) and v.value is None for v in values):
+            fused_only.update(names)
+        else:
+            core.update(names)
+        if any(isinstance(n, ast.Raise) and "major" in ast.unparse(n) for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))):
+            sm90.update(names)
+    pairs = {(a2a, runner) for path, body in texts.items() if path.startswith("srt/layers/moe") for a2a, runner in _FUSED.findall(body)}
+    if not (core or fused_only):
+        return None
+    return MoeRunnerFacts(frozenset(core), frozenset(fused_only - core), frozenset(pairs), raise_line, frozenset(sm90))
+
+
 def _in_releases(version: str, releases: tuple[str, Optional[str]]) -> bool:
     low, high = releases
     return _version(low) <= _version(version) and (high is None or _version(version) <= _version(high))
@@ -418,6 +492,7 @@ def _read_release_data(sglang: str) -> Optional[ReleaseData]:
                 "srt/configs/model_config.py",
                 "srt/utils/hf_transformers/common.py",
                 "srt/utils/hf_transformers_utils.py",
+                "srt/layers/moe",
                 *BACKEND_RULE_FILES,
             ),
         )
@@ -439,6 +514,7 @@ def _read_release_data(sglang: str) -> Optional[ReleaseData]:
         quant_config_files=quant_config_files(texts),
         context_length_keys=[str(k) for k in keys] if isinstance(keys, list) else None,
         backend_lines=backend_rule_lines(texts),
+        moe=moe_runner_facts(texts),
     )
 
 
@@ -715,3 +791,54 @@ def backend_capability_check(ctx: Context) -> Result:
     if not (wrong or unknown or right):
         return False, f"no attention backend flag names a backend with a capability or KV-dtype rule in SGLang {ctx.version}"
     return outcome(wrong, unknown, "; ".join(right))
+
+
+def moe_runner_check(ctx: Context) -> Result:
+    """True when --moe-runner-backend names a backend SGLang's MoeRunner refuses with this --moe-a2a-backend: one it
+    builds no runner core for, whose (a2a, runner) pair no fused function registers (NotImplementedError "requires a
+    fused func", e.g. flashinfer_trtllm with deepep), or one it refuses off capability major 9 (hpc_ops). Read from
+    the release's MoeRunner and register_fused_func lines. Not judged: a runner left on auto (the quantization
+    method chooses), LoRA (the unfused path), a backend the release's MoeRunner has no branch for (some layers,
+    0.5.9's FP4 MoE with flashinfer_cutlass among them, do not go through MoeRunner), and the all-to-all `none`
+    (the layers' own paths), a fused-only backend no fused function names at all."""
+    if ctx.version is None:
+        return None, "SGLang version unknown: what its MoeRunner accepts is unknown"
+    given, runner = ctx.flag("moe-runner-backend")
+    if not given or str(runner) == "auto":
+        return False, f"--moe-runner-backend {runner or 'auto'}{ctx.flag_note('moe-runner-backend')}: the quantization method chooses"
+    runner = str(runner)
+    if ctx.flag("enable-lora")[0]:
+        return False, "--enable-lora: MoeRunner takes the unfused path"
+    a2a_given, a2a = ctx.flag("moe-a2a-backend")
+    a2a = str(a2a) if a2a_given else "none"
+    head = (
+        f"--moe-runner-backend {runner}{ctx.flag_note('moe-runner-backend')} with --moe-a2a-backend {a2a}{ctx.flag_note('moe-a2a-backend')}"
+    )
+    if a2a == "none" and runner != "hpc_ops":
+        return False, f"{head}: without an all-to-all backend MoeRunner refuses no runner by its pair"
+    facts = ctx.release.moe if ctx.release is not None else None
+    if facts is None:
+        return None, f"SGLang {ctx.version}'s MoeRunner was not read (no release sources given)"
+    where = facts.raise_line or MOE_RUNNER
+    wrong: list[str] = []
+    unknown: list[str] = []
+    if runner in facts.sm90_only:
+        major = int(ctx.capability.split(".")[0]) if ctx.capability else None
+        if major is None:
+            unknown.append(f"--moe-runner-backend {runner}: SGLang {ctx.version} needs capability major 9, the GPU's is unknown")
+        elif major != 9:
+            wrong.append(
+                f"--moe-runner-backend {runner}: SGLang {ctx.version}'s MoeRunner refuses it off capability major 9 (here {ctx.capability})"
+            )
+    registered = sorted(p[0] for p in facts.fused_pairs if p[1] == runner)
+    if runner in facts.fused_only and not registered and runner not in facts.sm90_only:
+        # no fused function at all (0.5.17's cutlass: "the direct cutlass_moe_fp4 path"): its layers do not run it
+        return False, f"{head}: no fused function of SGLang {ctx.version} names {runner} (its layers take another path)"
+    if runner in facts.fused_only and a2a != "none" and (a2a, runner) not in facts.fused_pairs:
+        wrong.append(
+            f"{head}: SGLang {ctx.version}'s MoeRunner builds no runner core for {runner} and no fused function is "
+            f"registered for ({a2a}, {runner}) (registered for {runner}: {', '.join(registered) or 'none'}; {where})"
+        )
+    elif runner not in facts.core | facts.fused_only | facts.sm90_only:
+        return False, f"{head}: SGLang {ctx.version}'s MoeRunner has no branch for {runner} (its layers take another path)"
+    return outcome(wrong, unknown, f"{head}: SGLang {ctx.version}'s MoeRunner accepts it ({where})")

@@ -127,6 +127,7 @@ CHECKS = (
     "eagle3_architecture",
     "quantization_backed",
     "backend_capability",
+    "moe_runner",
 )
 INVARIANT_CHECKS = {
     "draft_dtype": invariants.draft_dtype_check,
@@ -134,6 +135,7 @@ INVARIANT_CHECKS = {
     "eagle3_architecture": invariants.eagle3_architecture_check,
     "quantization_backed": invariants.quantization_backed_check,
     "backend_capability": invariants.backend_capability_check,
+    "moe_runner": invariants.moe_runner_check,
 }
 # Keys of a host-facts file: the preflight module's result (plugins/modules/sglang_preflight.py: gpus and
 # the facts of plugins/module_utils/sglang_sm120/host/facts.py, and the keys Ansible adds to a module result) plus the
