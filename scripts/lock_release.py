@@ -35,6 +35,7 @@ Prints progress; exits 1 when a release could not be locked (its lock is left as
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import hashlib
 import json
@@ -47,6 +48,7 @@ import textwrap
 import time
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +298,7 @@ def lock_text(
     keep_config: bool = False,
     held: Sequence[str] = (),
     notes: Sequence[str] = (),
+    unhashed: Sequence[str] = (),
 ) -> str:
     covered = "; ".join(r.host.label() for r in resolutions)
     header = [
@@ -316,8 +319,16 @@ def lock_text(
         header.append(f"#   with these wheels in place of the index's (--artifacts): {', '.join(artifacts)}")
     if held:
         header.append(f"#   with these versions held back on purpose (--constraint): {', '.join(held)}")
+    if unhashed:
+        header += [
+            f"#   with a stand-in that requires nothing in place of each of these (--unhashed): {', '.join(unhashed)};",
+            "#   pinned without hashes below: any file of that version is allowed, and what its real wheel requires was",
+            "#   not resolved here (a requirement it brings that the lock does not hold stops the download, named)",
+            *(f"# unhashed: {r}" for r in unhashed),
+        ]
     for note in notes:
         header += [f"# {line}" for line in textwrap.wrap(f"Why: {note}", 112, subsequent_indent="  ")]
+    options = ", ".join(o for o, on in (("--constraint", held), ("--unhashed", unhashed)) if on)
     header += [
         "# The build (the sglang spec, roles/toolkit_defaults/defaults/main/build.yml) downloads sglang's closure with",
         "# these pins as pip constraints and refuses to cache it when a downloaded wheel is not allowed here (its name,",
@@ -327,7 +338,7 @@ def lock_text(
         "# (for SGLang 0.5.9 CUDA-12 builds, replaced by the toolkit's +cu130 ones; requirements only the index's builds",
         "# have, such as nvidia-*-cu12, are then never downloaded). Markers name the Pythons a version holds for.",
         f"# Update deliberately: scripts/lock_release.py {version}"
-        + (" with the --constraint and --why above while they hold" if held else "")
+        + (f" with the {options} and --why above while they hold" if options else "")
         + ",",
         "# review the diff, then the canary and the drain against a real server on the GPU machine",
         '# (docs/operations.md, "Locked Python closures").',
@@ -347,6 +358,31 @@ def artifact_pins(dirs: Sequence[Path]) -> tuple[list[str], list[str]]:
     return pins, [w.name for w in wheels]
 
 
+def standin_wheel(directory: Path, requirement: str) -> Path:
+    """A resolution-only stand-in for name==version (--unhashed): a wheel of that name and version that requires
+    nothing, so pip can resolve the rest of the closure; the lock never lists it (its line is `# unhashed:`)."""
+    name, version = requirement.split("==")
+    dist = re.sub(r"[-_.]+", "_", name)
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: lock_release.py resolution-only stand-in\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: lock_release.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = (
+        "".join(f"{path},sha256={urlsafe_digest(text.encode())},{len(text.encode())}\n" for path, text in files.items())
+        + f"{info}/RECORD,,\n"
+    )
+    wheel = directory / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def urlsafe_digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
 def lock_release(
     version: str,
     hosts: Sequence[Host],
@@ -358,20 +394,32 @@ def lock_release(
     runner: Callable[..., Any] = subprocess.run,
     held: Sequence[str] = (),
     notes: Sequence[str] = (),
+    unhashed: Sequence[str] = (),
 ) -> Path:
     """Resolve sglang==`version` for every host and write its lock. A host whose Python the release has no wheel for
     (SGLang ships cp311 wheels only from 0.5.11) cannot install it at all and is left out, said in the header, as is a
     host preflight refuses that does not resolve; LockRunError when any other host fails, or none resolves. `held`:
-    requirements the resolution is held to on purpose (fastapi<X), written in the header."""
+    requirements the resolution is held to on purpose (fastapi<X), written in the header. `unhashed`: name==version
+    of distributions whose wheels cannot be reached here: a stand-in requiring nothing takes their place in the
+    resolution, and the lock pins them in a `# unhashed:` header line instead of a hashed one."""
     pins, wheels = artifact_pins(artifacts)
-    pins = [*pins, *held]
+    pins = [*pins, *held, *unhashed]
+    left_out = {normalize_name(r.split("==")[0]) for r in unhashed}
     resolutions: list[Resolution] = []
     skipped: list[Resolution] = []
     versions: list[str] = []
     with tempfile.TemporaryDirectory(prefix=f"lock-{version}-") as tmp:
+        links = list(artifacts)
+        if unhashed:
+            standins = Path(tmp) / "standins"
+            standins.mkdir()
+            for requirement in unhashed:
+                standin_wheel(standins, requirement)
+            links.append(standins)
         for number, host in enumerate(hosts, 1):
             say(f"   [{number}/{len(hosts)}] {host.label()}{'' if host.required else ' (preflight refuses it: tried, optional)'} ...")
-            found = resolve(host, f"sglang=={version}", Path(tmp), artifacts, pins, keep_config, runner=runner)
+            found = resolve(host, f"sglang=={version}", Path(tmp), links, pins, keep_config, runner=runner)
+            found.chosen = {n: c for n, c in found.chosen.items() if n not in left_out}
             if found.error:
                 if own_requirement(found.unresolved) == ("sglang", canonical_version(version)):
                     found.error = f"SGLang {version} has no wheel for Python {host.python} (the release cannot install there)"
@@ -392,7 +440,7 @@ def lock_release(
     if not resolutions:
         raise LockRunError(f"no host resolves sglang=={version}: " + "; ".join(f"{r.host.label()}: {r.error}" for r in skipped))
     today = today or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    text = lock_text(version, resolutions, skipped, today, versions, wheels, keep_config, held, notes)
+    text = lock_text(version, resolutions, skipped, today, versions, wheels, keep_config, held, notes, unhashed)
     target = out / f"sglang-{version}.txt"
     parse_lock(text, str(target))  # what the build will read
     out.mkdir(parents=True, exist_ok=True)
@@ -414,6 +462,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         metavar="REQ",
         help="hold the resolution to this requirement on purpose (fastapi<0.137), repeatable; written in the lock's header",
     )
+    parser.add_argument(
+        "--unhashed",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="a distribution whose wheels cannot be reached from here: a stand-in takes its place in the resolution and "
+        "the lock pins it without hashes (# unhashed:), repeatable; needs --why",
+    )
     parser.add_argument("--why", action="append", default=[], metavar="TEXT", help="why (a line of the header), repeatable")
     args = parser.parse_args(argv)
     bad = [v for v in args.versions if not re.fullmatch(r"\d+(\.\d+)+(\.post\d+|rc\d+)?", v)]
@@ -428,6 +484,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--constraint takes a requirement like 'fastapi<0.137', found {', '.join(loose)}")
     if args.constraint and not args.why:
         parser.error("--constraint needs --why: the lock's header says why a version is held back")
+    bad_unhashed = [u for u in args.unhashed if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[\w.+!-]+", u)]
+    if bad_unhashed:
+        parser.error(f"--unhashed takes NAME==VERSION, found {', '.join(bad_unhashed)}")
+    if args.unhashed and not args.why:
+        parser.error("--unhashed needs --why: the lock's header says why a distribution is pinned without hashes")
     hosts = read_hosts()
     if args.python:
         unknown = sorted(set(args.python) - {h.python for h in hosts})
@@ -448,6 +509,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 say=lambda line: print(line, flush=True),
                 held=args.constraint,
                 notes=args.why,
+                unhashed=args.unhashed,
             )
         except LockRunError as exc:
             print(f"== SGLang {version}: NOT LOCKED ({exc}); its lock file is unchanged", flush=True)

@@ -3,7 +3,7 @@
 flags through the real ServerArgs of the first and last release of each range).
 
     .venv/bin/python scripts/runtime_overlay.py 0.5.14 0.5.17
-    .venv/bin/python scripts/runtime_overlay.py --lock-from 0.5.17 0.5.18 0.5.21
+    .venv/bin/python scripts/runtime_overlay.py --lock-from 0.5.23 0.5.24
 
 A full runtime (tests/runtime/sglang-0.5.9.txt, sglang-0.5.23.txt) is about 6 GB, nearly all of it torch and its
 CUDA libraries, which every release from 0.5.9 to 0.5.23 imports the same way on a CPU. An overlay
@@ -14,8 +14,8 @@ own (a .pth file), so the release's versions are the ones imported. The base is 
 such differences. Never overlaid: torch and what is built with it (torch*, triton, nvidia-*, cuda-*), the same
 wheels in every runtime here (the full runtime's header says why).
 
-A release without a lock (0.5.18-0.5.22: issue 50, their cuda-tile pin) borrows the lock of --lock-from, and every
-distribution the release itself pins exactly (its METADATA's Requires-Dist name==version) is taken at the
+A release without a lock (a new one, before scripts/lock_release.py has run for it) borrows the lock of --lock-from,
+and every distribution the release itself pins exactly (its METADATA's Requires-Dist name==version) is taken at the
 release's pin instead; the header says so.
 
 Exits 1 when the release's tree or a lock is missing, 2 on bad arguments.

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,10 @@ def release_of(lock: Path) -> str:
 # ---------------------------------------------------------------- the locks kept in the repository
 
 
-# Supported releases the package index cannot resolve wheel-only, as a host's download must: each pins a
-# distribution that the index carries only as a source stub (cuda-tile 1.6.0rc5's sdist fetches its wheel from
-# NVIDIA's own index when built). scripts/lock_release.py stops on them naming the pin; without a lock the deploy
-# refuses them before anything is built (sglang_build_require_lock). Locking one removes it from here.
-NOT_LOCKABLE = {version: "cuda-tile==1.6.0rc5" for version in ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")}
+# Supported releases that pin a distribution the package index carries only as a source stub (cuda-tile
+# 1.6.0rc5's sdist fetches its wheel from NVIDIA's own index when built): locked with --unhashed, the
+# distribution pinned in a `# unhashed:` header line (resolved here through a stand-in that requires nothing).
+UNHASHED = {version: "cuda-tile==1.6.0rc5" for version in ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")}
 
 
 def supported_releases() -> list[str]:
@@ -57,15 +57,26 @@ def supported_releases() -> list[str]:
     return [line.split()[0] for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_every_supported_release_is_locked_but_those_the_index_cannot_resolve_wheel_only() -> None:
+def test_every_supported_release_is_locked() -> None:
     assert named()["locks"] == LOCKS
     released = {release_of(p) for p in LOCK_FILES}
     supported = supported_releases()
     assert str(stack_value("stack_sglang_version")) in released
-    assert released == set(supported) - set(NOT_LOCKABLE), sorted(set(supported) ^ released)
-    for version, pin in NOT_LOCKABLE.items():  # the reason holds: the release's own wheel pins it, with no marker
+    assert released == set(supported), sorted(set(supported) ^ released)
+
+
+@pytest.mark.parametrize("lock", LOCK_FILES, ids=[p.name for p in LOCK_FILES])
+def test_only_a_distribution_the_index_has_no_wheel_of_is_pinned_without_hashes(lock: Path) -> None:
+    """An unhashed pin is the exception, named here with its release: the release's own wheel pins it exactly, and
+    the header says why."""
+    version = release_of(lock)
+    text = lock.read_text(encoding="utf-8")
+    parsed = parse_lock(text, str(lock))
+    assert [f"{p.name}=={p.version}" for p in parsed.unhashed] == ([UNHASHED[version]] if version in UNHASHED else [])
+    if version in UNHASHED:
         metadata = (unpacked_sglang(version) / f"sglang-{version}.dist-info" / "METADATA").read_text(encoding="utf-8")
-        assert f"Requires-Dist: {pin}" in metadata.splitlines(), version
+        assert f"Requires-Dist: {UNHASHED[version]}" in metadata.splitlines(), version
+        assert "# Why: issue 50: SGLang 0.5.18-0.5.22 require cuda-tile==1.6.0rc5" in text
 
 
 @pytest.mark.parametrize("lock", LOCK_FILES, ids=[p.name for p in LOCK_FILES])
@@ -263,3 +274,43 @@ def test_a_version_held_back_on_purpose_is_a_constraint_of_every_resolution_and_
     assert any("scripts/lock_release.py 0.5.9 with the --constraint and --why above while they hold," in line for line in header)
     with pytest.raises(SystemExit):  # a constraint without its reason
         SCRIPT.main(["--constraint", "fastapi<0.137", "0.5.9"])
+
+
+def test_an_unreachable_distribution_is_resolved_through_a_stand_in_and_pinned_without_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--unhashed cuda-tile==1.6.0rc5 (SGLang 0.5.18-0.5.22; its wheels only on NVIDIA's index): the resolution gets a
+    --find-links directory holding a stand-in wheel of that name and version that requires nothing, and the
+    constraint; the lock leaves the stand-in's hashed line out and pins it in a `# unhashed:` header line."""
+    seen: dict[str, Any] = {}
+
+    class Pip(FakePip):
+        def __call__(self, argv: list[str], **kwargs: Any) -> Any:
+            if "--find-links" in argv:
+                links = [Path(argv[i + 1]) for i, a in enumerate(argv) if a == "--find-links"]
+                seen["wheels"] = sorted(w.name for d in links for w in d.glob("*.whl"))
+                with zipfile.ZipFile(next(w for d in links for w in d.glob("*.whl"))) as archive:
+                    seen["metadata"] = archive.read("cuda_tile-1.6.0rc5.dist-info/METADATA").decode()
+                    seen["record"] = archive.read("cuda_tile-1.6.0rc5.dist-info/RECORD").decode()
+            return super().__call__(argv, **kwargs)
+
+    closure = {"sglang": ("0.5.18", "a" * 64), "cuda-tile": ("1.6.0rc5", "b" * 64), "fastapi": ("0.136.3", "c" * 64)}
+    pip = Pip({"3.11": closure}, no_wheel=("3.10", "3.12", "3.13"))
+    monkeypatch.setattr(SCRIPT, "find_interpreter", lambda version, runner=None: f"/usr/bin/python{version}")
+    path = SCRIPT.lock_release(
+        "0.5.18", SCRIPT.read_hosts(), tmp_path, say=lambda line: None, runner=pip, unhashed=["cuda-tile==1.6.0rc5"], notes=["why"]
+    )
+    assert seen["wheels"] == ["cuda_tile-1.6.0rc5-py3-none-any.whl"]
+    assert "Name: cuda-tile\nVersion: 1.6.0rc5\n" in seen["metadata"] and "Requires-Dist" not in seen["metadata"]
+    assert "cuda_tile-1.6.0rc5.dist-info/METADATA,sha256=" in seen["record"]
+    assert pip.constraints[1] == "cuda-tile==1.6.0rc5\n"
+    text = path.read_text()
+    lock = parse_lock(text, str(path))
+    assert [p.name for p in lock.pins] == ["fastapi", "sglang"]
+    assert [(p.name, p.version, p.hashes) for p in lock.unhashed] == [("cuda-tile", "1.6.0rc5", ())]
+    assert "b" * 64 not in text
+    assert any("scripts/lock_release.py 0.5.18 with the --unhashed and --why above while they hold," in line for line in text.splitlines())
+    with pytest.raises(SystemExit):  # pinned without hashes needs its reason
+        SCRIPT.main(["--unhashed", "cuda-tile==1.6.0rc5", "0.5.18"])
+    with pytest.raises(SystemExit):
+        SCRIPT.main(["--unhashed", "cuda-tile>=1.6", "--why", "x", "0.5.18"])

@@ -160,6 +160,32 @@ def test_any_pin_of_the_name_at_that_version_allows_the_file(wheels: dict[str, P
     check_wheels(lock, [wheels["app"], wheels["dep1"], wheels["dep2"]])
 
 
+def test_an_unhashed_pin_holds_the_version_and_allows_any_file_of_it(wheels: dict[str, Path]) -> None:
+    """A header line `# unhashed: name==version` (a distribution whose wheels the lock's writer could not reach):
+    a constraint like any pin, keyed, and any sha256 of that version passes; another version does not."""
+    text = "# unhashed: dep==1.0\n" + pin(wheels["app"], "app", "1.0")
+    lock = parse_lock(text, "lock.txt")
+    assert [(p.name, p.version, p.hashes) for p in lock.unhashed] == [("dep", "1.0", ())]
+    assert [p.version for p in lock.pins_of("dep")] == ["1.0"]
+    assert constraints_text(lock) == "app==1.0\ndep==1.0\n"
+    assert lock.digest() != parse_lock(pin(wheels["app"], "app", "1.0"), "lock.txt").digest()
+    check_wheels(lock, [wheels["app"], wheels["dep1"]])
+    with pytest.raises(ClosureLockError, match=r"dep-2\.0-py3-none-any\.whl: the lock says dep==1\.0, found dep==2\.0"):
+        check_wheels(lock, [wheels["app"], wheels["dep2"]])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("# unhashed: dep>=1.0\n", r"lock\.txt:1: expected '# unhashed: name==version'"),
+        ("# unhashed: app==1.0\n", r"lock\.txt:1: app is pinned twice"),
+    ],
+)
+def test_a_bad_unhashed_line_is_refused_naming_file_and_line(wheels: dict[str, Path], text: str, message: str) -> None:
+    with pytest.raises(LockFileError, match=message):
+        parse_lock(text + pin(wheels["app"], "app", "1.0"), "lock.txt")
+
+
 # ---------------------------------------------------------------- the pipeline: plan, key, script
 
 
@@ -340,6 +366,19 @@ def test_a_downloaded_wheel_the_lock_does_not_name_or_whose_hash_differs_fails_t
     assert f"dep-1.0-py3-none-any.whl: the lock says dep==1.0 with sha256 {'0' * 64}, found sha256 {sha(wheels['dep1'])}" in message
     assert "extra-1.0-py3-none-any.whl: the lock says nothing of extra (not in the lock), found extra==1.0" in message
     assert cached(tmp_path / "root", "app", item["key"]) is None
+
+
+def test_a_locked_download_takes_an_unhashed_pins_version_from_the_index(
+    offline_pip: None, wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real pip download, the lock naming dep only by an unhashed line: dep 1.0 (not the newest) is taken and
+    passes the check whatever its sha256."""
+    index = simple_index(tmp_path / "index", [wheels["app"], wheels["dep1"], wheels["dep2"]])
+    lock = tmp_path / "sglang-1.0.txt"
+    lock.write_text("# unhashed: dep==1.0\n" + pin(wheels["app"], "app", "1.0"))
+    item = plan([locked_spec(lock, index=index)], CONTEXT)[0].to_dict()
+    record = build(item, tmp_path / "root")["artifact"]
+    assert sorted(w["wheel"] for w in record["wheels"]) == ["app-1.0-py3-none-any.whl", "dep-1.0-py3-none-any.whl"]
 
 
 def test_the_dependencies_own_wheels_are_exempt_from_the_lock(offline_pip: None, wheels: dict[str, Path], tmp_path: Path) -> None:

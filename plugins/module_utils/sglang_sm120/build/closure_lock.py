@@ -16,6 +16,13 @@ Names the caller exempts (the toolkit's own artifacts, which come from their whe
 exact pins) are left out of both: their lines are the index's versions, kept as information. What those
 artifacts pin exactly themselves (torch 2.9.1+cu130's `nvidia-cublas==13.0.0.19`, from its METADATA) is held
 by that pin instead (`held`): a wheel of that name at that version is not the lock's to allow.
+
+A distribution whose wheels the lock's writer could not reach (SGLang 0.5.18-0.5.22 require cuda-tile==1.6.0rc5,
+whose only wheels are on NVIDIA's own index) is pinned by a header line without hashes:
+
+    # unhashed: cuda-tile==1.6.0rc5
+
+It is a constraint like any pin; a downloaded wheel of that name at that version is allowed whatever its sha256.
 """
 
 from __future__ import annotations
@@ -65,15 +72,16 @@ class ClosureLock:
 
     source: str
     pins: tuple[Pin, ...]
+    unhashed: tuple[Pin, ...] = ()  # `# unhashed: name==version` header lines: pinned, any sha256 allowed
 
     def pins_of(self, name: str) -> list[Pin]:
         wanted = normalize_name(name)
-        return [p for p in self.pins if p.name == wanted]
+        return [p for p in (*self.pins, *self.unhashed) if p.name == wanted]
 
     def digest(self) -> str:
         """sha256 of the pins alone (names, versions, markers, hashes; not comments or order): what a build's key takes,
         so a lock rewritten with the same pins keeps the key and a changed pin rebuilds."""
-        canonical = sorted(f"{p.requirement()} {' '.join(sorted(p.hashes))}" for p in self.pins)
+        canonical = sorted(f"{p.requirement()} {' '.join(sorted(p.hashes))}" for p in (*self.pins, *self.unhashed))
         return hashlib.sha256("\n".join(canonical).encode("utf-8")).hexdigest()
 
 
@@ -117,6 +125,7 @@ _LINE = re.compile(
     r"\s*(?:;\s*(?P<marker>[^-][^\n]*?))?\s*(?P<options>(?:--\S+\s*)*)"
 )
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+_UNHASHED = re.compile(r"^# unhashed: (?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>\S+)\s*$")
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -167,13 +176,23 @@ def parse_lock(text: str, source: str) -> ClosureLock:
         pins.append(pin)
     if not pins:
         raise LockFileError(f"{source}: no pins (expected name==version --hash=sha256:HEX lines)")
-    return ClosureLock(source, tuple(pins))
+    unhashed: list[Pin] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if raw.startswith("# unhashed:"):
+            match = _UNHASHED.match(raw.rstrip())
+            if match is None:
+                raise LockFileError(f"{source}:{number}: expected '# unhashed: name==version', found {raw[:160]!r}")
+            pin = Pin(normalize_name(match["name"]), match["version"], ())
+            if any(p.name == pin.name for p in pins) or any(p.name == pin.name for p in unhashed):
+                raise LockFileError(f"{source}:{number}: {pin.name} is pinned twice (an unhashed pin names a distribution once)")
+            unhashed.append(pin)
+    return ClosureLock(source, tuple(pins), tuple(unhashed))
 
 
 def constraints_text(lock: ClosureLock, exempt: Iterable[str] = ()) -> str:
     """The lock as a pip constraints file (`-c`): one name==version[ ; marker] a line, without the `exempt` names."""
     skip = {normalize_name(n) for n in exempt}
-    return "".join(f"{p.requirement()}\n" for p in lock.pins if p.name not in skip)
+    return "".join(f"{p.requirement()}\n" for p in (*lock.pins, *lock.unhashed) if p.name not in skip)
 
 
 def wheel_name_version(wheel: str) -> tuple[str, str]:
@@ -232,6 +251,8 @@ def departures(
         same = [p for p in pins if canonical_version(p.version) == canonical_version(version)]
         if not same:
             out.append(Departure(Path(wheel).name, _describe(pins), f"{name}=={version}"))
+            continue
+        if any(not p.hashes for p in same):  # an unhashed pin: the version is the lock's, any file of it
             continue
         digest = file_sha256(wheel)
         if not any(digest in p.hashes for p in same):
