@@ -89,7 +89,31 @@ def _to_json(sources: ReleaseSources) -> dict[str, Any]:
         release.pop("source")
         classes = release["eagle3_classes"]
         release["eagle3_classes"] = sorted(classes) if classes is not None else None
+        moe = sources.release.moe
+        release["moe"] = (
+            None
+            if moe is None
+            else {
+                "core": sorted(moe.core),
+                "fused_only": sorted(moe.fused_only),
+                "fused_pairs": sorted([a2a, runner] for a2a, runner in moe.fused_pairs),
+                "raise_line": moe.raise_line,
+                "sm90_only": sorted(moe.sm90_only),
+            }
+        )
     return {"release": release, "registry": sorted(sources.registry) if sources.registry is not None else None, "aliases": sources.aliases}
+
+
+def _moe_from_json(moe: Optional[dict[str, Any]]) -> Optional[invariants.MoeRunnerFacts]:
+    if moe is None:
+        return None
+    return invariants.MoeRunnerFacts(
+        core=frozenset(moe["core"]),
+        fused_only=frozenset(moe["fused_only"]),
+        fused_pairs=frozenset((a2a, runner) for a2a, runner in moe["fused_pairs"]),
+        raise_line=moe["raise_line"],
+        sm90_only=frozenset(moe["sm90_only"]),
+    )
 
 
 def _from_json(data: dict[str, Any], sglang: str | Path) -> ReleaseSources:
@@ -105,6 +129,7 @@ def _from_json(data: dict[str, Any], sglang: str | Path) -> ReleaseSources:
             quant_config_files=release["quant_config_files"],
             context_length_keys=release["context_length_keys"],
             backend_lines=release["backend_lines"],
+            moe=_moe_from_json(release["moe"]),
         )
     aliases = data["aliases"]
     if not isinstance(aliases, dict):
