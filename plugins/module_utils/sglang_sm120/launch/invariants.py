@@ -459,17 +459,13 @@ def moe_runner_facts(texts: dict[str, str]) -> Optional[MoeRunnerFacts]:
             continue
         values = _runner_core_assignments(node.body)
         if not values:
-            if "major != 9" in ast.unparse(node) or any(
-                isinstance(n, ast.Compare) and "major" in ast.unparse(n) and "9" in ast.unparse(n) for n in ast.walk(node)
-            ):
-                sm90.update(names)
             continue
         if all(isinstance(v, ast.Constant) and v.value is None for v in values):
             fused_only.update(names)
         else:
             core.update(names)
-        if any(isinstance(n, ast.Raise) and "major" in ast.unparse(n) for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))):
-            sm90.update(names)
+        if any(isinstance(n, ast.Raise) and "major" in ast.unparse(n) for stmt in node.body for n in ast.walk(stmt)):
+            sm90.update(names)  # the branch raises on the capability it read (hpc_ops: major != 9)
     pairs = {(a2a, runner) for path, body in texts.items() if path.startswith("srt/layers/moe") for a2a, runner in _FUSED.findall(body)}
     if not (core or fused_only):
         return None
