@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from test_server_args_check import REMOTE_CODE_STANDIN
 from test_start_failures import host_with
 
 from conftest import CACHE, DATA
@@ -171,8 +172,7 @@ def _model_dir(root: Path, name: str) -> Path:
             shutil.copy(MODELS / "kimi-k2.5-nvfp4" / file, target / file)
         shutil.copy(SF / "kimi-k2.5-nvfp4" / "model.safetensors.index.json", target)
         if name == "kimi":
-            # TEST FIXTURE stand-in for the model's own configuration_kimi_k25.py (tests/unit/host/test_server_args_check.py)
-            (target / "configuration_kimi_k25.py").write_text("from sglang.srt.configs.kimi_k25 import KimiK25Config  # noqa: F401\n")
+            (target / "configuration_kimi_k25.py").write_text(REMOTE_CODE_STANDIN)
     elif name == "odd":
         (target / "config.json").write_text(json.dumps({"architectures": ["NoSuchDraftForCausalLM"], "model_type": "llama"}))
     else:
